@@ -1,0 +1,34 @@
+"""Entry point of a child process: ``python -m harness.child <job> <step> <out.json>``.
+
+A step that deadlocks or crashes takes only its child down; the parent (``harness.isolate``)
+enforces the timeout and reads the JSON this writes.
+"""
+
+import json
+import sys
+import traceback
+
+
+def main(argv: list[str]) -> int:
+    job, step_id, out_path = argv
+    from harness import measure
+    try:
+        if job == "measure":
+            payload = measure.measure_step(step_id)
+        elif job == "measure-no-numerics":
+            payload = measure.measure_step(step_id, numerics=False)
+        elif job == "selfcheck":
+            payload = measure.selfcheck_step(step_id)
+        elif job == "stock":
+            payload = measure.measure_stock()
+        else:
+            raise ValueError(f"unknown job {job!r}")
+    except Exception as e:
+        payload = {"step": step_id, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+    with open(out_path, "w") as f:
+        json.dump(payload, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,431 @@
+"""``ladder``: the one entry point. list, run, diff, sass, table, selfcheck, explain, writeups."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.syntax import Syntax
+from rich.table import Table
+
+from harness import results
+from harness.steps import ROOT, Step, discover, predecessor, resolve, track_steps
+
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
+DEFAULT_TIMEOUT = 900.0
+
+
+def _gpu() -> tuple[tuple[int, int] | None, str | None]:
+    from harness.provenance import gpu_capability
+    cap = gpu_capability()
+    if cap is None:
+        return None, None
+    import torch
+    return cap, torch.cuda.get_device_name()
+
+
+def _runnable(step: Step, cap) -> str | None:
+    return step.info.arch_for_capability(cap) if cap else None
+
+
+def _recorded_summary(step_id: str) -> str:
+    rows = results.latest_for(step_id)
+    parts = [f"{gpu}: {row['hmean']:.3f}" for gpu, row in rows.items() if row.get("hmean") is not None]
+    info = resolve(step_id).info
+    if "sm_100a" in info.archs and "b200" not in rows:
+        parts.append("b200: not yet run")
+    return ", ".join(parts) or "—"
+
+
+# ---------------------------------------------------------------------------------------- list
+def cmd_list(args) -> int:
+    table = Table(title="attention-ladder steps (fraction of FA4 = harmonic mean over 4k/8k/16k)")
+    for col in ("step", "track", "change", "enabler", "archs", "last recorded"):
+        table.add_column(col)
+    for step in track_steps(args.track) if args.track else discover():
+        info = step.info
+        table.add_row(step.id, "/".join(step.tracks), info.change, "yes" if info.enabler else "",
+                      ", ".join(info.archs), _recorded_summary(step.id))
+    console.print(table)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- sass
+def _fingerprint_ok(step: Step, report) -> list[str]:
+    problems = [f"{m} missing" for m in step.info.sass_present if not report.sass.mechanisms.get(m)]
+    problems += [f"{m} present" for m in step.info.sass_absent if report.sass.mechanisms.get(m)]
+    if report.sass.target != report.arch:
+        problems.append(f"binary targets {report.sass.target}, not {report.arch}")
+    return problems
+
+
+def _sass_table(step: Step, arch: str, against: Step | None) -> int:
+    from harness.compile import compile_step
+    from harness.sass import MECHANISMS
+    with console.status(f"compiling {step.id} for {arch} (no GPU needed)..."):
+        report = compile_step(step, arch)
+        other = compile_step(against, arch) if against else None
+    table = Table(title=f"{step.id} on {arch}: mechanism instructions" + (f", against {against.id}" if against else ""))
+    table.add_column("instruction")
+    table.add_column("meaning")
+    if other:
+        table.add_column(against.id, justify="right")
+    table.add_column(step.id, justify="right")
+    if other:
+        table.add_column("delta", justify="right")
+    for name, _, meaning in MECHANISMS:
+        now = report.sass.mechanisms.get(name, 0)
+        before = other.sass.mechanisms.get(name, 0) if other else 0
+        if not now and not before:
+            continue
+        cells = [name, meaning] + ([str(before)] if other else []) + [str(now)]
+        if other:
+            cells.append(f"{now - before:+d}" if now != before else "")
+        table.add_row(*cells)
+    for label, a, b in (("registers", other.registers if other else 0, report.registers),
+                        ("spill bytes", other.sass.spills if other else 0, report.sass.spills),
+                        ("threads/CTA", other.threads_per_cta if other else 0, report.threads_per_cta),
+                        ("smem bytes", against.info.smem_bytes if other else 0, step.info.smem_bytes)):
+        table.add_row(label, "", *([str(a)] if other else []), str(b), *([f"{b - a:+d}" if b != a else ""] if other else []))
+    console.print(table)
+    problems = _fingerprint_ok(step, report)
+    claim = ", ".join(step.info.sass_present) + ("; none of " + ", ".join(step.info.sass_absent) if step.info.sass_absent else "")
+    console.print(f"binary target: {report.sass.target}; compiled in {report.compile_seconds:.1f} s; "
+                  f"cubin: {report.cubin.relative_to(ROOT)}")
+    if problems:
+        console.print(f"[red]fingerprint claim ({claim}) FAILS: {'; '.join(problems)}[/red]")
+        return 1
+    console.print(f"[green]fingerprint claim holds:[/green] {claim}")
+    return 0
+
+
+def cmd_sass(args) -> int:
+    step = resolve(args.step)
+    against = resolve(args.against) if args.against else None
+    archs = [args.arch] if args.arch else list(step.info.archs)
+    if against:
+        archs = [a for a in archs if a in against.info.archs] or archs[:1]
+    code = 0
+    for arch in archs:
+        code |= _sass_table(step, arch, against if against and arch in against.info.archs else None)
+        if args.full:
+            from harness.compile import compile_step
+            print(compile_step(step, arch).sass.text)
+    return code
+
+
+# ----------------------------------------------------------------------------------------- diff
+def cmd_diff(args) -> int:
+    if args.b:
+        a, b = resolve(args.a), resolve(args.b)
+    else:
+        b = resolve(args.a)
+        a = predecessor(b)
+        if a is None:
+            console.print(f"{b.id} has no predecessor: it is where the ladder starts. Try `ladder diff {b.id} <step>`.")
+            return 0
+    lines = difflib.unified_diff(a.path.read_text().splitlines(keepends=True), b.path.read_text().splitlines(keepends=True),
+                                 fromfile=str(a.path.relative_to(ROOT)), tofile=str(b.path.relative_to(ROOT)))
+    text = "".join(lines)
+    if not text:
+        console.print("(identical)")
+    elif sys.stdout.isatty():
+        console.print(Syntax(text, "diff", theme="ansi_dark", word_wrap=False))
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+# -------------------------------------------------------------------------------------- explain
+def cmd_explain(args) -> int:
+    step = resolve(args.step)
+    if not step.writeup.exists():
+        console.print(f"[red]no writeup for {step.id} at {step.writeup.relative_to(ROOT)}[/red]")
+        return 1
+    console.print(Markdown(step.writeup.read_text()))
+    return 0
+
+
+def cmd_writeups(args) -> int:
+    from harness import generate
+    if args.check:
+        stale = generate.stale()
+        for p in stale:
+            console.print(f"[red]stale generated block in {p.relative_to(ROOT)}[/red]")
+        return 1 if stale else 0
+    for path in generate.documents():
+        if path.exists() and generate.refresh(path):
+            console.print(f"refreshed {path.relative_to(ROOT)}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------ run/table
+def _print_measured(step: Step, payload: dict) -> bool:
+    ok = True
+    num = Table(title=f"{step.id} numerics (FA4's rule: max|out-ref32| <= 2 max|ref_bf16-ref32| + 2 fp32 noise)")
+    for col in ("case", "shape", "rows", "max error", "bound", ""):
+        num.add_column(col)
+    for n in payload.get("numerics", []):
+        ok &= n["passed"]
+        num.add_row(n["case"], str(tuple(n["shape"])), str(n["rows_checked"]), f"{n['max_error']:.2e}",
+                    f"{n['bound']:.2e}", "[green]ok[/green]" if n["passed"] else "[red]FAIL[/red]")
+    console.print(num)
+    if payload.get("bench"):
+        bench = Table(title=f"{step.id} vs stock FA4, same process, same inputs")
+        for col in ("seqlen", "shape", f"{step.id} TFLOP/s", "FA4 TFLOP/s", "fraction of FA4"):
+            bench.add_column(col, justify="right")
+        for b in payload["bench"]:
+            bench.add_row(str(b["seqlen"]), str(tuple(b["shape"])), f"{b['step_tflops']:.1f}",
+                          f"{b['fa4_tflops']:.1f}", f"{b['fraction']:.3f}")
+        summary = results.summarize(payload)
+        bench.add_row("h-mean", "", "", "", f"{summary['hmean']:.3f}")
+        console.print(bench)
+    return ok
+
+
+def _measure(step: Step, job: str, timeout: float, sanitizer=None):
+    from harness.isolate import run_job
+    with console.status(f"{step.id}: {job} in a child process (timeout {timeout:.0f} s)..."):
+        return run_job(job, step.id, timeout=timeout, sanitizer=sanitizer)
+
+
+def cmd_run(args) -> int:
+    step = resolve(args.step)
+    cap, name = _gpu()
+    arch = _runnable(step, cap)
+    if arch is None:
+        where = f"this GPU ({name}, sm_{cap[0]}{cap[1]})" if cap else "this machine (no CUDA GPU)"
+        console.print(f"[yellow]{step.id} did NOT run: it targets {', '.join(step.info.archs)} and "
+                      f"{where} is not one of them.[/yellow] Compiling instead.")
+        code = 0
+        for a in step.info.archs:
+            code |= _sass_table(step, a, None)
+        console.print(f"last recorded fraction of FA4 (h-mean): {_recorded_summary(step.id)}")
+        return code
+    res = _measure(step, "measure", args.timeout)
+    console.print(f"{name}: child finished in {res.seconds:.0f} s ({res.status})")
+    if res.payload and res.payload.get("numerics"):
+        ok = _print_measured(step, res.payload)
+    else:
+        ok = False
+    if res.error:
+        console.print(f"[red]{res.error}[/red]")
+        return 1
+    if args.record and ok:
+        results.record(Path(args.record), {step.id: res.payload})
+        console.print(f"recorded into {args.record}")
+    return 0 if ok else 1
+
+
+def _select(args) -> list[Step]:
+    steps = track_steps(args.track) if args.track else discover()
+    if args.steps:
+        wanted = [resolve(s).id for s in args.steps.split(",")]
+        steps = [s for s in steps if s.id in wanted]
+    return steps
+
+
+def _cpu_table(steps: list[Step]) -> int:
+    from harness.compile import compile_step
+    table = Table(title="compile + SASS on this machine (no GPU): every step, every target arch")
+    for col in ("step", "arch", "compile s", "regs", "spills", "threads", "smem KB", "mechanism", "claim", "recorded h-mean"):
+        table.add_column(col)
+    code = 0
+    from rich.progress import Progress
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("compiling", total=sum(len(s.info.archs) for s in steps))
+        for step in steps:
+            for arch in step.info.archs:
+                progress.update(task, description=f"compiling {step.id} for {arch}")
+                r = compile_step(step, arch)
+                problems = _fingerprint_ok(step, r)
+                code |= bool(problems)
+                mech = ", ".join(f"{m} {r.sass.mechanisms.get(m, 0)}" for m in step.info.sass_present)
+                table.add_row(step.id, arch, f"{r.compile_seconds:.1f}", str(r.registers), str(r.sass.spills),
+                              str(r.threads_per_cta), f"{step.info.smem_bytes / 1024:.0f}", mech,
+                              "[green]holds[/green]" if not problems else f"[red]{'; '.join(problems)}[/red]",
+                              _recorded_summary(step.id))
+                progress.advance(task)
+    console.print(table)
+    console.print("No GPU here: nothing was run. Recorded h-means come from results/*.json (see their provenance).")
+    return code
+
+
+def cmd_table(args) -> int:
+    steps = _select(args)
+    cap, name = _gpu()
+    if cap is None:
+        return _cpu_table(steps)
+    runnable = [s for s in steps if _runnable(s, cap)]
+    skipped = [s.id for s in steps if not _runnable(s, cap)]
+    if skipped:
+        console.print(f"not runnable on {name} (other arch): {', '.join(skipped)}")
+    from rich.progress import Progress
+
+    from harness.isolate import run_job
+    rows, failures, measured = {}, [], {}
+    table = Table(title=f"attention-ladder on {name}: fraction of stock FA4 (same process)")
+    for col in ("step", "change", "4k", "8k", "16k", "h-mean", "vs prev", "FA4 TFLOP/s", "numerics"):
+        table.add_column(col)
+    prev = None
+    with Progress(console=console) as progress:
+        task = progress.add_task("ladder", total=len(runnable) + (1 if args.stock else 0))
+        for step in runnable:
+            progress.update(task, description=f"{step.id}: compile, numerics, timing")
+            res = run_job("measure", step.id, timeout=args.timeout)
+            progress.advance(task)
+            if res.error or not res.payload:
+                failures.append(f"{step.id}: {res.error}")
+                table.add_row(step.id, step.info.change, *([""] * 4), "", "", f"[red]{(res.error or '')[:60]}[/red]")
+                prev = None
+                continue
+            summary = results.summarize(res.payload)
+            if not summary["numerics_passed"]:
+                failures.append(f"{step.id}: numerics failed")
+            fr, h = summary["fractions"], summary["hmean"]
+            vs = f"{(h / prev - 1) * 100:+.0f}%" if prev and h else ""
+            table.add_row(step.id, step.info.change, *(f"{fr.get(s, 0):.3f}" for s in ("4096", "8192", "16384")),
+                          f"{h:.3f}", vs, " / ".join(f"{b['fa4_tflops']:.0f}" for b in res.payload["bench"]),
+                          "[green]pass[/green]" if summary["numerics_passed"] else "[red]FAIL[/red]")
+            prev = h
+            measured[step.id] = res.payload
+            if summary["numerics_passed"]:
+                rows[step.id] = res.payload
+        stock = None
+        if args.stock:
+            progress.update(task, description="stock FA4 vs cuDNN")
+            res = run_job("stock", "-", timeout=args.timeout)
+            stock = res.payload if res.status == "ok" else None
+            progress.advance(task)
+    console.print(table)
+    if stock:
+        console.print("context: " + ", ".join(f"{b['seqlen']}: FA4 {b['fa4_tflops']:.0f}, cuDNN {b['cudnn_tflops']:.0f} TFLOP/s"
+                                               for b in stock["bench"]))
+    if args.json:
+        Path(args.json).write_text(json.dumps(measured, indent=1))
+    if args.record and (rows or stock):
+        results.record(Path(args.record), rows, stock)
+        console.print(f"recorded {', '.join(rows) or 'stock'} into {args.record}")
+    if args.baseline:
+        regressed = results.regressions(measured, results.load(Path(args.baseline)), args.tolerance)
+        failures += [f"regression {r}" for r in regressed]
+    for f in failures:
+        console.print(f"[red]{f}[/red]")
+    return 1 if failures else 0
+
+
+def cmd_selfcheck(args) -> int:
+    cap, name = _gpu()
+    if cap is None:
+        console.print("[yellow]selfcheck needs a CUDA GPU; none here. On a CPU, `ladder table` compiles every step.[/yellow]")
+        return 2
+    steps = [s for s in discover() if _runnable(s, cap)]
+    console.print(f"{name} (sm_{cap[0]}{cap[1]}): {len(steps)} runnable steps"
+                  + (f", under compute-sanitizer --tool={args.sanitize}" if args.sanitize else ""))
+    for step in steps:
+        res = _measure(step, "selfcheck", args.timeout, sanitizer=args.sanitize)
+        nums = (res.payload or {}).get("numerics", [])
+        ok = res.status == "ok" and nums and all(n["passed"] for n in nums)
+        detail = "; ".join(f"{n['case']} {n['max_error']:.1e}/{n['bound']:.1e}" for n in nums)
+        console.print(f"{step.id}: {'[green]ok[/green]' if ok else '[red]FAIL[/red]'} ({res.seconds:.0f} s) {detail}")
+        if not ok:
+            console.print(f"[red]first failing step: {step.id}: {res.error or 'numerics'}[/red]")
+            if res.log_tail:
+                console.print(res.log_tail[-2000:], markup=False)
+            return 1
+    console.print("[green]all runnable steps pass[/green]")
+    return 0
+
+
+def cmd_profile(args) -> int:
+    from harness.profile import METRICS, profile
+    step = resolve(args.step)
+    cap, name = _gpu()
+    if not _runnable(step, cap):
+        console.print(f"[yellow]profile needs a GPU that {step.id} targets ({', '.join(step.info.archs)}).[/yellow]")
+        return 2
+    with console.status(f"ncu on {step.id} at seqlen {args.seqlen}..."):
+        payload = profile(step.id, args.seqlen)
+    table = Table(title=f"{step.id} at seqlen {args.seqlen} on {name} (ncu --clock-control none)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for metric, meaning in METRICS.items():
+        value = payload["metrics"].get(metric)
+        table.add_row(meaning, "n/a" if value is None else f"{value:,.1f}")
+    console.print(table)
+    if args.record:
+        results.record_profile(Path(args.record), payload)
+        console.print(f"recorded into {args.record}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ladder", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("list", help="every step, its change, enabler flag, last recorded fraction of FA4")
+    s.add_argument("--track", choices=("hopper", "blackwell"))
+    s.set_defaults(fn=cmd_list)
+    s = sub.add_parser("run", help="numerics + timing vs FA4 on a matching GPU; else compile and show SASS")
+    s.add_argument("step")
+    s.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
+    s.add_argument("--record", metavar="FILE")
+    s.set_defaults(fn=cmd_run)
+    s = sub.add_parser("diff", help="unified diff of a step against its predecessor (or any other step)")
+    s.add_argument("a")
+    s.add_argument("b", nargs="?")
+    s.set_defaults(fn=cmd_diff)
+    s = sub.add_parser("sass", help="mechanism instruction histogram, registers, spills (any machine)")
+    s.add_argument("step")
+    s.add_argument("--against")
+    s.add_argument("--arch", choices=("sm_90a", "sm_100a"))
+    s.add_argument("--full", action="store_true", help="also print the whole disassembly")
+    s.set_defaults(fn=cmd_sass)
+    s = sub.add_parser("table", help="the ladder table: measured on a GPU, compile/SASS + recorded on CPU")
+    s.add_argument("--track", choices=("hopper", "blackwell"))
+    s.add_argument("--steps", help="comma-separated step ids")
+    s.add_argument("--record", metavar="FILE", help="merge measured rows into this results file")
+    s.add_argument("--baseline", metavar="FILE", help="fail if a step's h-mean falls below this file's")
+    s.add_argument("--tolerance", type=float, default=0.05)
+    s.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="per step, seconds")
+    s.add_argument("--stock", action="store_true", help="also time FA4 against cuDNN (context row)")
+    s.add_argument("--json", metavar="FILE", help="write the measured rows here too")
+    s.set_defaults(fn=cmd_table)
+    s = sub.add_parser("selfcheck", help="every runnable step at tiny shapes, each in a child with a timeout")
+    s.add_argument("--sanitize", choices=("memcheck", "racecheck", "synccheck", "initcheck"))
+    s.add_argument("--timeout", type=float, default=600.0)
+    s.set_defaults(fn=cmd_selfcheck)
+    s = sub.add_parser("profile", help="Nsight Compute counters for one step at one bench shape (GPU)")
+    s.add_argument("step")
+    s.add_argument("--seqlen", type=int, default=4096)
+    s.add_argument("--record", metavar="FILE")
+    s.set_defaults(fn=cmd_profile)
+    s = sub.add_parser("explain", help="render a step's writeup in the terminal")
+    s.add_argument("step")
+    s.set_defaults(fn=cmd_explain)
+    s = sub.add_parser("writeups", help="refresh the generated result blocks in writeups/ and README.md")
+    s.add_argument("--check", action="store_true", help="only report stale blocks (exit 1 if any)")
+    s.set_defaults(fn=cmd_writeups)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    # Children record the command that asked for the numbers, not their own argv.
+    os.environ.setdefault("LADDER_COMMAND", shlex.join(["ladder", *argv]))
+    try:
+        return args.fn(args)
+    except ValueError as e:
+        console.print(f"[red]{e}[/red]")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Generated blocks in the writeups and the README: numbers come from results/*.json and from the
+compiler, never from a hand. ``ladder writeups`` refreshes them; a CPU test fails when one is stale.
+
+    <!-- ladder:begin results 01 -->   ...generated...   <!-- ladder:end -->
+
+Kinds: ``results <step>``, ``sass <step> [<against>]``, ``table <track>``, ``stock``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tabulate import tabulate
+
+from harness import results
+from harness.steps import ROOT, resolve, track_steps
+
+BLOCK = re.compile(r"(<!-- ladder:begin ([^>]*?) -->\n)(.*?)(<!-- ladder:end -->)", re.S)
+NOT_RUN_B200 = "compiled, not yet run on a B200"
+SEQ_LABEL = {"4096": "4k", "8192": "8k", "16384": "16k"}
+
+
+def _fmt(x, digits=3):
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def _gpu_label(row):
+    p = row.get("provenance", {})
+    return f"{p.get('gpu', '?')}, {p.get('date', '?')[:10]}"
+
+
+def results_block(step_id: str) -> str:
+    step = resolve(step_id)
+    rows = results.latest_for(step.id)
+    out = []
+    if rows:
+        table = []
+        for gpu, row in rows.items():
+            fr = row.get("fractions", {})
+            table.append([_gpu_label(row), *(_fmt(fr.get(s)) for s in SEQ_LABEL), _fmt(row.get("hmean")),
+                          " / ".join(f"{b['step_tflops']:.0f}" for b in row.get("bench", [])),
+                          " / ".join(f"{b['fa4_tflops']:.0f}" for b in row.get("bench", [])),
+                          "pass" if row.get("numerics_passed") else "FAIL"])
+        out.append(tabulate(table, headers=["GPU, date", "4k", "8k", "16k", "h-mean",
+                                            "step TFLOP/s (4k/8k/16k)", "FA4 TFLOP/s", "numerics"],
+                            tablefmt="github"))
+        out.append("")
+        out.append("Fractions of stock FlashAttention-4, timed side by side in one process "
+                   "(batch*seqlen = 16k, 16 heads, hdim 128, bf16, non-causal; L2 flushed; median).")
+        for gpu, row in rows.items():
+            p = row["provenance"]
+            out.append(f"Recorded by `{p['command']}` on {p['gpu']} (driver {p.get('driver')}), torch "
+                       f"{p['torch']}, nvidia-cutlass-dsl {p['cutlass_dsl']}, flash-attn-4 {p['flash_attn_4']}.")
+    if "sm_100a" in step.info.archs and "b200" not in rows:
+        out.append(f"B200 (sm_100a): {NOT_RUN_B200}.")
+    if not out:
+        out.append("No recorded results yet.")
+    return "\n".join(out) + "\n"
+
+
+def sass_block(step_id: str, against: str | None = None) -> str:
+    from harness.compile import compile_step
+    from harness.sass import MECHANISMS
+    step = resolve(step_id)
+    other = resolve(against) if against else None
+    columns = [(step, arch) for arch in step.info.archs]
+    if other:
+        columns = [(other, a) for a in other.info.archs if a in step.info.archs][:1] + columns[:1]
+    reports = [compile_step(s, a) for s, a in columns]
+    headers = ["instruction", *(f"{s.id} {a}" for s, a in columns)]
+    table = []
+    for name, _, meaning in MECHANISMS:
+        counts = [r.sass.mechanisms.get(name, 0) for r in reports]
+        if any(counts):
+            table.append([f"`{name}` ({meaning})", *counts])
+    table.append(["registers / thread", *(r.registers for r in reports)])
+    table.append(["spill bytes", *(r.sass.spills for r in reports)])
+    table.append(["threads / CTA", *(r.threads_per_cta for r in reports)])
+    table.append(["smem bytes / CTA", *(s.info.smem_bytes for s, _ in columns)])
+    return tabulate(table, headers=headers, tablefmt="github") + "\n"
+
+
+def table_block(track: str) -> str:
+    recorded = results.all_recorded()
+    gpu = "h200" if track == "hopper" else "b200"
+    data = recorded.get(gpu, {"rows": {}})
+    table, prev = [], None
+    for step in track_steps(track):
+        row = data["rows"].get(step.id)
+        name = f"[{step.id}]({step.writeup.relative_to(ROOT).as_posix()})"
+        change = step.info.change + (" *(enabler)*" if step.info.enabler else "")
+        if row:
+            fr = row.get("fractions", {})
+            h = row.get("hmean")
+            vs = f"{(h / prev - 1) * 100:+.0f}%" if prev and h else ""
+            table.append([name, change, *(_fmt(fr.get(s), 2) for s in SEQ_LABEL), _fmt(h, 2), vs])
+            prev = h
+        else:
+            missing = NOT_RUN_B200 if track == "blackwell" else "not yet measured"
+            table.append([name, change, missing, "", "", "", ""])
+            prev = None
+    text = tabulate(table, headers=["step", "change", "4k", "8k", "16k", "h-mean", "vs prev"],
+                    tablefmt="github")
+    measured = [r for s in track_steps(track) if (r := data["rows"].get(s.id))]
+    if measured:
+        fa4 = {}
+        for r in measured:
+            for b in r.get("bench", []):
+                fa4.setdefault(str(b["seqlen"]), []).append(b["fa4_tflops"])
+        span = ", ".join(f"{SEQ_LABEL[s]}: {min(v):.0f}-{max(v):.0f}" for s, v in fa4.items())
+        p = measured[-1]["provenance"]
+        text += (f"\nFractions of stock FA4 measured in the same process on {p['gpu']}; FA4's own TFLOP/s "
+                 f"in those processes: {span}. Dates: "
+                 f"{min(r['provenance']['date'][:10] for r in measured)} to "
+                 f"{max(r['provenance']['date'][:10] for r in measured)}.\n")
+    return text
+
+
+def stock_block() -> str:
+    lines = []
+    for gpu, data in results.all_recorded().items():
+        stock = data.get("stock")
+        if not stock:
+            continue
+        table = [[SEQ_LABEL[str(b["seqlen"])], f"{b['fa4_tflops']:.0f}", f"{b['cudnn_tflops']:.0f}",
+                  _fmt(b["cudnn_fraction"], 2)] for b in stock["bench"]]
+        p = stock["provenance"]
+        lines.append(f"{p['gpu']}, {p['date'][:10]} (`{p['command']}`):\n")
+        lines.append(tabulate(table, headers=["seqlen", "FA4 TFLOP/s", "cuDNN TFLOP/s", "cuDNN / FA4"],
+                              tablefmt="github") + "\n")
+    return "\n".join(lines) if lines else "No recorded results yet.\n"
+
+
+def profile_block(step_id: str) -> str:
+    from harness.profile import METRICS
+    lines = []
+    for gpu, data in results.all_recorded().items():
+        prof = data.get("profiles", {}).get(resolve(step_id).id)
+        if not prof:
+            continue
+        table = [[meaning, "n/a" if prof["metrics"].get(m) is None else f"{prof['metrics'][m]:,.1f}"]
+                 for m, meaning in METRICS.items() if m in prof["metrics"]]
+        p = prof["provenance"]
+        lines.append(tabulate(table, headers=["counter", "value"], tablefmt="github"))
+        lines.append(f"\nseqlen {prof['seqlen']} (bench shape), {p['gpu']}, {p['date'][:10]}, `{p['command']}`.\n")
+    return "\n".join(lines) if lines else "No recorded profile yet.\n"
+
+
+def render(spec: str) -> str:
+    kind, *args = spec.split()
+    if kind == "results":
+        return results_block(*args)
+    if kind == "sass":
+        return sass_block(*args)
+    if kind == "table":
+        return table_block(*args)
+    if kind == "profile":
+        return profile_block(*args)
+    if kind == "stock":
+        return stock_block()
+    raise ValueError(f"unknown generated block kind {kind!r}")
+
+
+def documents() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "writeups").rglob("*.md"))]
+
+
+def refresh(path: Path, write: bool = True) -> bool:
+    """Regenerate every block in ``path``; return True if anything changed."""
+    text = path.read_text()
+    new = BLOCK.sub(lambda m: m.group(1) + render(m.group(2)) + m.group(4), text)
+    if new != text and write:
+        path.write_text(new)
+    return new != text
+
+
+def stale() -> list[Path]:
+    return [p for p in documents() if p.exists() and refresh(p, write=False)]

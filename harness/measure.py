@@ -1,0 +1,99 @@
+"""What runs on the GPU, inside one child process per step: numerics first, then the step and stock
+FA4 timed side by side on the same inputs. Returns plain dicts (JSON) for the parent."""
+
+from __future__ import annotations
+
+import time
+
+from harness import workloads
+from harness.steps import resolve
+
+
+def _numerics_row(case_name, shape, result, rows_checked) -> dict:
+    return {"case": case_name, "shape": list(shape), "rows_checked": rows_checked,
+            "max_error": result.max_error, "bound": result.bound, "passed": result.passed}
+
+
+def check_numerics(step_id: str, cases=workloads.NUMERICS_CASES, seed: int = 0) -> list[dict]:
+    import torch
+
+    from reference.numerics import check_output
+    step = resolve(step_id)
+    rows = []
+    for i, case in enumerate(cases):
+        shape = case.shape_for(step.info)
+        q, k, v = workloads.make_qkv(shape, seed=seed + i, magnitude=case.magnitude)
+        out = step.module.attention(q, k, v)
+        torch.cuda.synchronize()
+        rows.append(_numerics_row(case.name, shape, check_output(out, q, k, v), "all"))
+    return rows
+
+
+def measure_step(step_id: str, seqlens=workloads.BENCH_SEQLENS, *, numerics: bool = True,
+                 seed: int = 1234) -> dict:
+    import torch
+
+    from harness.provenance import collect
+    from harness.timing import Timer
+    from reference.numerics import check_output
+    from reference.stock import fa4_attention, fa4_available
+
+    step = resolve(step_id)
+    result = {"step": step.id, "provenance": collect(), "numerics": [], "bench": []}
+    start = time.perf_counter()
+    q, k, v = workloads.make_qkv(workloads.NUMERICS_CASES[0].shape_for(step.info), seed=seed)
+    step.module.attention(q, k, v)                 # first call compiles
+    torch.cuda.synchronize()
+    result["first_call_seconds"] = time.perf_counter() - start
+    if numerics:
+        result["numerics"] = check_numerics(step.id, seed=seed)
+    missing = fa4_available()
+    if missing:
+        result["error"] = missing
+        return result
+    timer = Timer()
+    for seqlen in seqlens:
+        shape = workloads.bench_shape(seqlen)
+        q, k, v = workloads.make_qkv(shape, seed=seed + seqlen)
+        out = step.module.attention(q, k, v)
+        if numerics:
+            # Every batch and head, a random subset of query rows: each row depends on all of K/V.
+            rows = torch.randperm(seqlen, generator=torch.Generator().manual_seed(seqlen))[:workloads.SAMPLED_ROWS]
+            rows = rows.sort().values.to(q.device)
+            check = check_output(out, q, k, v, rows=rows)
+            result["numerics"].append(_numerics_row(f"bench {seqlen}", shape, check, workloads.SAMPLED_ROWS))
+        del out
+        ms = timer.compare({"step": lambda: step.module.attention(q, k, v),
+                            "fa4": lambda: fa4_attention(q, k, v)})
+        flops = workloads.attention_flops(shape)
+        result["bench"].append({
+            "seqlen": seqlen, "shape": list(shape),
+            "step_ms": ms["step"], "fa4_ms": ms["fa4"],
+            "step_tflops": flops / ms["step"] / 1e9, "fa4_tflops": flops / ms["fa4"] / 1e9,
+            "fraction": ms["fa4"] / ms["step"],
+        })
+    return result
+
+
+def measure_stock(seqlens=workloads.BENCH_SEQLENS, seed: int = 99) -> dict:
+    """FA4 and cuDNN side by side: the context row of the table."""
+    from harness.provenance import collect
+    from harness.timing import Timer
+    from reference.stock import cudnn_attention, fa4_attention
+
+    timer = Timer()
+    rows = []
+    for seqlen in seqlens:
+        shape = workloads.bench_shape(seqlen)
+        q, k, v = workloads.make_qkv(shape, seed=seed + seqlen)
+        ms = timer.compare({"fa4": lambda: fa4_attention(q, k, v),
+                            "cudnn": lambda: cudnn_attention(q, k, v)})
+        flops = workloads.attention_flops(shape)
+        rows.append({"seqlen": seqlen, "fa4_tflops": flops / ms["fa4"] / 1e9,
+                     "cudnn_tflops": flops / ms["cudnn"] / 1e9, "cudnn_fraction": ms["fa4"] / ms["cudnn"]})
+    return {"provenance": collect(), "bench": rows}
+
+
+def selfcheck_step(step_id: str) -> dict:
+    """Tiny shapes only: does the step run, finish and agree with the reference on this GPU?"""
+    return {"step": step_id, "numerics": check_numerics(step_id, cases=workloads.TINY_CASES)}

@@ -1,0 +1,92 @@
+"""Recorded results: one JSON file per GPU kind (results/h200.json, results/b200.json, ...).
+
+A file maps step id -> the row its child process measured (numerics, side-by-side timings against
+FA4, provenance). Rows merge in, so a long ladder can be recorded over several calls.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from harness.steps import ROOT
+
+RESULTS = ROOT / "results"
+SCHEMA = 1
+
+
+def gpu_key(gpu_name: str) -> str:
+    """'NVIDIA H200' -> 'h200', 'NVIDIA B200' -> 'b200'."""
+    name = re.sub(r"^nvidia\s+", "", gpu_name.strip(), flags=re.I)
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
+
+
+def harmonic_mean(values) -> float | None:
+    values = [v for v in values if v]
+    return len(values) / sum(1.0 / v for v in values) if values else None
+
+
+def summarize(row: dict) -> dict:
+    """Fractions of FA4 per seqlen and their harmonic mean, from a measured row."""
+    fractions = {str(b["seqlen"]): b["fraction"] for b in row.get("bench", [])}
+    return {"fractions": fractions, "hmean": harmonic_mean(fractions.values()),
+            "numerics_passed": all(n["passed"] for n in row.get("numerics", [])) and bool(row.get("numerics"))}
+
+
+def load(path: Path) -> dict:
+    if not path.exists():
+        return {"schema": SCHEMA, "rows": {}}
+    data = json.loads(path.read_text())
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: unknown results schema {data.get('schema')!r}")
+    return data
+
+
+def record(path: Path, rows: dict[str, dict], stock: dict | None = None) -> dict:
+    """Merge measured rows (step id -> row) into the file; a row must carry its provenance."""
+    data = load(path)
+    for step_id, row in rows.items():
+        prov = row.get("provenance") or {}
+        missing = [k for k in ("gpu", "date", "command", "torch", "cutlass_dsl", "flash_attn_4") if not prov.get(k)]
+        if missing:
+            raise ValueError(f"row {step_id}: provenance lacks {', '.join(missing)}")
+        clean = {k: v for k, v in row.items() if k != "traceback"}
+        data["rows"][step_id] = {**clean, **summarize(clean)}
+    if stock is not None:
+        data["stock"] = stock
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return data
+
+
+def record_profile(path: Path, payload: dict) -> dict:
+    """Store one step's hardware-counter profile (``harness.profile``) beside its measured row."""
+    data = load(path)
+    if not payload.get("provenance", {}).get("gpu"):
+        raise ValueError("a profile must carry its provenance")
+    data.setdefault("profiles", {})[payload["step"]] = payload
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return data
+
+
+def all_recorded() -> dict[str, dict]:
+    """GPU key -> results file contents, for every results/*.json."""
+    return {p.stem: load(p) for p in sorted(RESULTS.glob("*.json"))}
+
+
+def latest_for(step_id: str) -> dict[str, dict]:
+    """GPU key -> this step's recorded row (with summary) on that GPU."""
+    return {gpu: data["rows"][step_id] for gpu, data in all_recorded().items() if step_id in data.get("rows", {})}
+
+
+def regressions(current: dict[str, dict], baseline: dict, tolerance: float) -> list[str]:
+    """Steps whose harmonic-mean fraction fell more than ``tolerance`` (relative) below the baseline."""
+    found = []
+    for step_id, row in current.items():
+        base = baseline.get("rows", {}).get(step_id)
+        now = summarize(row)["hmean"]
+        if base and base.get("hmean") and now is not None and now < base["hmean"] * (1 - tolerance):
+            found.append(f"{step_id}: {now:.3f} < baseline {base['hmean']:.3f} - {tolerance:.0%}")
+    return found

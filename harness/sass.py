@@ -1,0 +1,113 @@
+"""Read a compiled kernel: disassemble the cubin, count the instructions that carry each mechanism,
+read registers/stack/spills and the binary's target arch. Needs only the cubin (no GPU)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+# The instructions that show a ladder mechanism, in the order a reader meets them.
+MECHANISMS: tuple[tuple[str, str, str], ...] = (
+    ("HMMA", r"HMMA\b", "warp-level mma.sync tensor core"),
+    ("HGMMA", r"HGMMA\b", "Hopper wgmma"),
+    ("UTCHMMA", r"UTC\w*MMA\b", "Blackwell tcgen05.mma"),
+    ("UTCBAR", r"UTCBAR\b", "tcgen05.commit to an mbarrier"),
+    ("LDTM", r"LDTM\b", "tensor memory -> registers"),
+    ("STTM", r"STTM\b", "registers -> tensor memory"),
+    ("UTMALDG", r"UTMALDG\b", "TMA load"),
+    ("UTMASTG", r"UTMASTG\b", "TMA store"),
+    ("SYNCS", r"SYNCS\b", "mbarrier arrive/wait"),
+    ("WARPGROUP.ARRIVE", r"WARPGROUP\.ARRIVE\b", "wgmma fence"),
+    ("WARPGROUP.DEPBAR", r"WARPGROUP\.DEPBAR\b", "wgmma wait"),
+    ("USETMAXREG", r"USETMAXREG\b", "setmaxnreg"),
+    ("BAR", r"BAR\b", "named/CTA barrier"),
+    ("LDSM", r"LDSM\b", "ldmatrix"),
+    ("STSM", r"STSM\b", "stmatrix"),
+    ("LDG", r"LDG\b", "per-thread global load"),
+    ("LDGSTS", r"LDGSTS\b", "cp.async"),
+    ("STG", r"STG\b", "per-thread global store"),
+    ("LDS", r"LDS\b", "shared load"),
+    ("STS", r"STS\b", "shared store"),
+    ("MUFU.EX2", r"MUFU\.EX2\b", "hardware exp2"),
+    ("FFMA", r"FFMA\b", "fp32 FMA"),
+    ("FFMA2", r"FFMA2\b", "packed fp32 FMA (sm_100)"),
+    ("SHFL", r"SHFL\b", "warp shuffle"),
+    ("LDL/STL", r"(?:LDL|STL)\b", "local memory (spills)"),
+)
+# A mechanism matches its opcode with any suffixes: "HMMA" counts "HMMA.16816.F32.BF16".
+_MECH_RE = tuple((name, re.compile(pat + r"(?:\..*)?")) for name, pat, _ in MECHANISMS)
+_INSTR_RE = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", re.M)
+
+
+class ToolMissing(RuntimeError):
+    pass
+
+
+@lru_cache(maxsize=None)
+def tool(name: str) -> str:
+    """nvdisasm / cuobjdump: from the pip wheels (nvidia-cuda-nvdisasm, -cuobjdump), else PATH."""
+    from importlib.metadata import PackageNotFoundError, distribution
+    for dist in ("nvidia-cuda-nvdisasm", "nvidia-cuda-cuobjdump"):
+        try:
+            for f in distribution(dist).files or ():
+                if f.name == name:
+                    return str(f.locate())
+        except PackageNotFoundError:
+            pass
+    found = shutil.which(name) or (Path("/usr/local/cuda/bin") / name).as_posix()
+    if not Path(found).exists():
+        raise ToolMissing(f"{name} not found: pip install 'attention-ladder[sass]' (or put CUDA's bin on PATH)")
+    return found
+
+
+@dataclass
+class Sass:
+    text: str
+    opcodes: Counter                     # full mnemonic -> count (e.g. 'HMMA.16816.F32.BF16': 256)
+    target: str                          # e.g. 'sm_90a'
+    registers: int
+    stack_bytes: int
+    local_bytes: int
+    mechanisms: dict = field(default_factory=dict)   # mechanism name -> count
+
+    @property
+    def spills(self) -> int:
+        return self.mechanisms.get("LDL/STL", 0) + self.local_bytes
+
+
+def mechanism_counts(opcodes: Counter) -> dict:
+    counts = {}
+    for name, rx in _MECH_RE:
+        counts[name] = sum(n for op, n in opcodes.items() if rx.fullmatch(op))
+    return counts
+
+
+def target_arch(sass_text: str) -> str:
+    m = re.search(r"\.target\s+(sm_\w+)", sass_text)
+    if m:
+        return m.group(1)
+    m = re.search(r"EF_CUDA_SM(\d+)\b", sass_text)
+    if m:
+        return f"sm_{m.group(1)}" + ("a" if "EF_CUDA_ACCELERATORS" in sass_text else "")
+    return "unknown"
+
+
+def read_cubin(cubin: Path) -> Sass:
+    text = subprocess.run([tool("nvdisasm"), "-c", str(cubin)], capture_output=True, text=True,
+                          check=True).stdout
+    usage = subprocess.run([tool("cuobjdump"), "--dump-resource-usage", str(cubin)],
+                           capture_output=True, text=True, check=True).stdout
+
+    def field_of(key):
+        m = re.search(rf"\b{key}:(\d+)", usage)
+        return int(m.group(1)) if m else 0
+
+    opcodes = Counter(_INSTR_RE.findall(text))
+    return Sass(text=text, opcodes=opcodes, target=target_arch(text), registers=field_of("REG"),
+                stack_bytes=field_of("STACK"), local_bytes=field_of("LOCAL"),
+                mechanisms=mechanism_counts(opcodes))

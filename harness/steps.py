@@ -1,0 +1,98 @@
+"""Find the ladder's steps by file name; dropping a new file in adds a step.
+
+    ladder/s01_<slug>.py             step 01, shared by both tracks (aliases b01, h01)
+    ladder/hopper/hNN_<slug>.py      Hopper track
+    ladder/blackwell/bNN_<slug>.py   Blackwell track
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LADDER = ROOT / "ladder"
+TRACKS = ("hopper", "blackwell")
+_PATTERNS = (
+    (LADDER, re.compile(r"^s(\d\d)_(\w+)\.py$"), ""),
+    (LADDER / "hopper", re.compile(r"^h(\d\d)_(\w+)\.py$"), "h"),
+    (LADDER / "blackwell", re.compile(r"^b(\d\d)_(\w+)\.py$"), "b"),
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    id: str          # "01", "h02", "b02"
+    number: int
+    slug: str
+    path: Path
+
+    @property
+    def module_name(self) -> str:
+        rel = self.path.relative_to(ROOT).with_suffix("")
+        return ".".join(rel.parts)
+
+    @property
+    def tracks(self) -> tuple[str, ...]:
+        return {"h": ("hopper",), "b": ("blackwell",)}.get(self.id[0], TRACKS)
+
+    @cached_property
+    def module(self):
+        return importlib.import_module(self.module_name)
+
+    @property
+    def info(self):
+        return self.module.INFO
+
+    @property
+    def writeup(self) -> Path:
+        name = f"{self.number:02d}-{self.slug.replace('_', '-')}.md"
+        sub = {"h": "hopper", "b": "blackwell"}.get(self.id[0])
+        return ROOT / "writeups" / (sub or "") / name
+
+
+def discover() -> list[Step]:
+    found = []
+    for folder, pattern, prefix in _PATTERNS:
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.iterdir()):
+            m = pattern.match(path.name)
+            if m:
+                found.append(Step(id=prefix + m.group(1), number=int(m.group(1)), slug=m.group(2), path=path))
+    return sorted(found, key=lambda s: (s.number, s.id))
+
+
+def track_steps(track: str | None = None) -> list[Step]:
+    """Steps in ladder order; with a track, that track's climb (01 first)."""
+    steps = discover()
+    if track is None:
+        return steps
+    if track not in TRACKS:
+        raise ValueError(f"unknown track {track!r}; choose one of {', '.join(TRACKS)}")
+    return [s for s in steps if track in s.tracks]
+
+
+def resolve(name: str) -> Step:
+    """'01', '1', 'b01', 'h01', 's01', 'h02', 'b5' ... -> Step."""
+    key = name.strip().lower()
+    m = re.fullmatch(r"([shb]?)0*(\d+)", key)
+    if not m:
+        raise ValueError(f"not a step name: {name!r} (try 01, h02, b02)")
+    prefix, number = m.group(1), int(m.group(2))
+    for step in discover():
+        if step.number != number:
+            continue
+        if step.id[0].isdigit() and prefix in ("", "s", "h", "b"):
+            return step
+        if step.id[0] == prefix:
+            return step
+    raise ValueError(f"no step {name!r}; known: {', '.join(s.id for s in discover())}")
+
+
+def predecessor(step: Step) -> Step | None:
+    pred = step.info.predecessor
+    return resolve(pred) if pred else None

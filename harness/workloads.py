@@ -1,0 +1,52 @@
+"""The problems the ladder is judged on: benchmark shapes, numerics cases, inputs, FLOP counts."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+HEAD_DIM = 128
+BENCH_SEQLENS = (4096, 8192, 16384)
+BENCH_TOKENS = 16384            # batch * seqlen, the same work at every seqlen
+BENCH_HEADS = 16
+SAMPLED_ROWS = 512              # query rows checked per benchmark shape (every batch and head)
+
+
+def bench_shape(seqlen: int) -> tuple[int, int, int, int]:
+    return (BENCH_TOKENS // seqlen, seqlen, BENCH_HEADS, HEAD_DIM)
+
+
+def attention_flops(shape) -> float:
+    """Two GEMMs of 2*s*s*d FLOPs per (batch, head): the convention FA papers and FA4's benchmarks use."""
+    b, s, h, d = shape
+    return 4.0 * b * h * s * s * d
+
+
+@dataclass(frozen=True)
+class NumericsCase:
+    name: str
+    batch: int
+    seqlen_tiles: int            # seqlen = seqlen_tiles * lcm(step tiles)
+    heads: int
+    magnitude: float = 1.0       # q and k are scaled by this: scores grow with its square
+
+    def shape_for(self, info) -> tuple[int, int, int, int]:
+        unit = math.lcm(info.tile_m, info.tile_n)
+        return (self.batch, self.seqlen_tiles * unit, self.heads, HEAD_DIM)
+
+
+NUMERICS_CASES = (
+    NumericsCase("smallest", batch=1, seqlen_tiles=1, heads=1),
+    NumericsCase("odd batch/heads", batch=3, seqlen_tiles=3, heads=5),
+    NumericsCase("large-magnitude scores", batch=2, seqlen_tiles=4, heads=3, magnitude=3.0),
+)
+TINY_CASES = NUMERICS_CASES[:2]    # selfcheck: fast, still covers several CTAs and K/V tiles
+
+
+def make_qkv(shape, *, seed: int, device="cuda", magnitude: float = 1.0):
+    """Fresh random bf16 q, k, v (never zeros: they hide unwritten outputs)."""
+    import torch
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    q, k, v = (torch.randn(shape, generator=gen, dtype=torch.float32) for _ in range(3))
+    q, k = q * magnitude, k * magnitude
+    return tuple(t.to(device=device, dtype=torch.bfloat16) for t in (q, k, v))

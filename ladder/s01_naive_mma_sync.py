@@ -1,0 +1,264 @@
+"""01 — the naive baseline: warp-level ``mma.sync`` tensor cores, everything else as plain as it gets.
+
+Change from the previous step: none; this is where both tracks (Hopper ``h02..``, Blackwell ``b02..``)
+start. It is a complete FlashAttention forward (online softmax, one pass over K/V), written so that
+every later step has one obvious thing to fix.
+
+What it does, per CTA of 128 threads (4 warps) and one 64-row query tile of one (batch, head):
+  * Q (64x128), then each K and V tile (128x128) are copied by all threads, synchronously
+    (global -> registers -> shared, 16 B per thread per copy), into row-major, unswizzled smem.
+  * S = Q K^T and O += P V run on ``mma.sync.m16n8k16`` (SASS ``HMMA.16816.F32.BF16``); each warp
+    owns 16 query rows. Operands go smem -> registers with ``ldmatrix`` (SASS ``LDSM``).
+  * Online softmax in fp32 registers, with the library ``exp`` (``cute.math.exp``: a multiply by
+    log2(e), then ``MUFU.EX2``), max/sum reduced across the 4 threads that share a row.
+  * P (bf16) goes back through shared memory to become the A operand of P V.
+
+Why it is slow (each item is a later step):
+  * ``mma.sync`` is Ampere's warp-level MMA; Hopper's ``wgmma`` / Blackwell's ``tcgen05.mma`` are the
+    architecture's own, asynchronous, larger tensor-core instructions (step 02).
+  * Unswizzled 256-byte rows put the 8 rows an ``ldmatrix`` reads in one bank group: 8-way
+    conflicts (step 03 swizzles).
+  * Every thread stalls on its own global loads, and nothing overlaps loading with math
+    (steps 04, 07, 08).
+  * P makes a round trip through smem (step 06); softmax and MMA never overlap (step 09).
+
+Expect (arithmetic): per K/V tile a CTA does 2 x 64x128x128 MMAs = 4.2 MFLOP and moves 64 KB of K/V
+from L2/HBM through registers into smem, stalling on it. At hdim 128 the FLOPs/byte is high enough that
+HBM is not the limit; latency is. With 96 KB of smem per CTA only 2 CTAs (8 warps) fit on an SM, too
+few to hide a synchronous load. Hopper's mma.sync path peaks well below wgmma's (about 2/3 of it on an
+H100), so expect a small fraction of FA4: roughly 0.2-0.35x.
+
+Evidence: ``ladder sass 01`` (HMMA.16816.F32.BF16, LDSM, MUFU.EX2; no HGMMA/UTCHMMA);
+``ladder run 01`` / results/h200.json; writeups/01-naive-mma-sync.md.
+"""
+
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.nvgpu import warp
+
+from ladder import contract
+
+# Tile shapes (named, not magic): one CTA = one 64-row query tile, walking K/V in 128-row tiles.
+TILE_M = 64            # query rows per CTA: 4 warps x 16 rows (the m16 of mma.m16n8k16)
+TILE_N = 128           # key/value rows per iteration
+HEAD_DIM = 128
+NUM_WARPS = 4
+THREADS = NUM_WARPS * 32
+COPY_BITS = 128        # one synchronous global->smem copy per thread moves 16 bytes = 8 bf16
+ELEMS_PER_COPY = COPY_BITS // 16
+
+# smem: Q + K + V + P, all bf16, unswizzled row-major.
+SMEM_BYTES = 2 * (TILE_M * HEAD_DIM + 2 * TILE_N * HEAD_DIM + TILE_M * TILE_N)
+
+INFO = contract.StepInfo(
+    id="01",
+    slug="naive_mma_sync",
+    title="Naive baseline (mma.sync)",
+    change="warp-level mma.sync; synchronous copies into unswizzled smem; library exp; P through smem",
+    archs=("sm_90a", "sm_100a"),
+    enabler=False,
+    threads=THREADS,
+    tile_m=TILE_M,
+    tile_n=TILE_N,
+    smem_bytes=SMEM_BYTES,
+    predecessor=None,
+    sass_present=("HMMA", "LDSM", "MUFU.EX2"),
+    sass_absent=("HGMMA", "UTCHMMA", "UTMALDG", "LDGSTS"),
+)
+
+
+def _row_major(rows, cols):
+    return cute.make_layout((rows, cols), stride=(cols, 1))
+
+
+@cute.jit
+def host(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
+         softmax_scale: cutlass.Float32, stream):
+    """Build layouts, copies and the tiled MMA; launch one CTA per (query tile, batch, head)."""
+    dtype = mQ.element_type
+    mQ, mK, mV, mO = (contract.aligned(t) for t in (mQ, mK, mV, mO))
+
+    # Shared memory: plain row-major tiles, no swizzle, no padding (step 03 changes this).
+    sQ_layout = _row_major(TILE_M, HEAD_DIM)
+    sK_layout = _row_major(TILE_N, HEAD_DIM)
+    sV_layout = _row_major(TILE_N, HEAD_DIM)
+    sP_layout = _row_major(TILE_M, TILE_N)
+
+    @cute.struct
+    class SharedStorage:
+        sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 128]
+        sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], 128]
+        sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sV_layout)], 128]
+        sP: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sP_layout)], 128]
+
+    # Global -> smem: a plain (synchronous) 16-byte copy; 16 threads cover one 256-byte row,
+    # so a warp reads two whole rows per instruction (coalesced).
+    copy_atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=COPY_BITS)
+    threads_per_row = HEAD_DIM // ELEMS_PER_COPY
+    gmem_copy = cute.make_tiled_copy_tv(
+        copy_atom,
+        cute.make_layout((THREADS // threads_per_row, threads_per_row), stride=(threads_per_row, 1)),
+        cute.make_layout((1, ELEMS_PER_COPY)),
+    )
+
+    # Tensor cores: mma.sync m16n8k16, 4 warps stacked along M (16 query rows each). The N
+    # permutation of 16 lets one ldmatrix.x4 feed two n8 atoms of the B operand.
+    tiled_mma = cute.make_tiled_mma(
+        warp.MmaF16BF16Op(dtype, cutlass.Float32, (16, 8, 16)),
+        (NUM_WARPS, 1, 1),
+        permutation_mnk=(NUM_WARPS * 16, 16, 16),
+    )
+
+    grid = (cute.size(mQ.shape[1]) // TILE_M, cute.size(mQ.shape[0]), cute.size(mQ.shape[2]))
+    kernel(mQ, mK, mV, mO, softmax_scale, sQ_layout, sK_layout, sV_layout, sP_layout,
+           gmem_copy, tiled_mma, SharedStorage).launch(
+        grid=grid, block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream)
+
+
+@cute.kernel
+def kernel(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
+           softmax_scale: cutlass.Float32,
+           sQ_layout: cute.Layout, sK_layout: cute.Layout, sV_layout: cute.Layout,
+           sP_layout: cute.Layout, gmem_copy: cute.TiledCopy, tiled_mma: cute.TiledMma,
+           SharedStorage: cutlass.Constexpr):
+    tidx, _, _ = cute.arch.thread_idx()
+    m_block, batch, head = cute.arch.block_idx()
+    dtype = mQ.element_type
+    n_blocks = cute.size(mK.shape[1]) // TILE_N
+
+    # This CTA's tiles in global memory: gQ (TILE_M, D); gK, gV (TILE_N, D, n_blocks); gO (TILE_M, D).
+    gQ = cute.local_tile(mQ[batch, None, head, None], (TILE_M, HEAD_DIM), (m_block, 0))
+    gK = cute.local_tile(mK[batch, None, head, None], (TILE_N, HEAD_DIM), (None, 0))
+    gV = cute.local_tile(mV[batch, None, head, None], (TILE_N, HEAD_DIM), (None, 0))
+    gO = cute.local_tile(mO[batch, None, head, None], (TILE_M, HEAD_DIM), (m_block, 0))
+
+    smem = cutlass.utils.SmemAllocator()
+    storage = smem.allocate(SharedStorage)
+    sQ = storage.sQ.get_tensor(sQ_layout)
+    sK = storage.sK.get_tensor(sK_layout)
+    sV = storage.sV.get_tensor(sV_layout)
+    sP = storage.sP.get_tensor(sP_layout)
+    # V viewed as (D, TILE_N): the B operand of O += P V is V^T with the key index as its K mode.
+    sVt = cute.make_tensor(sV.iterator, cute.make_layout((HEAD_DIM, TILE_N), stride=(1, HEAD_DIM)))
+
+    # Synchronous copies: each thread's slice of every global tile and its smem destination.
+    thr_copy = gmem_copy.get_slice(tidx)
+    tQgQ, tQsQ = thr_copy.partition_S(gQ), thr_copy.partition_D(sQ)
+    tKgK, tKsK = thr_copy.partition_S(gK), thr_copy.partition_D(sK)
+    tVgV, tVsV = thr_copy.partition_S(gV), thr_copy.partition_D(sV)
+
+    # MMA fragments. S and O accumulate in fp32 registers; each warp holds 16 rows of each.
+    thr_mma = tiled_mma.get_slice(tidx)
+    tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
+    tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
+    tOrP = thr_mma.make_fragment_A(thr_mma.partition_A(sP))
+    tOrVt = thr_mma.make_fragment_B(thr_mma.partition_B(sVt))
+    acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((TILE_M, TILE_N)), cutlass.Float32)
+    acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C((TILE_M, HEAD_DIM)), cutlass.Float32)
+    acc_O.fill(0.0)
+
+    # smem -> registers with ldmatrix (x4); V is read transposed (.trans) to give V^T fragments.
+    ldsm = cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), dtype)
+    ldsm_t = cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=4), dtype)
+    copy_Q = cute.make_tiled_copy_A(ldsm, tiled_mma).get_slice(tidx)
+    copy_K = cute.make_tiled_copy_B(ldsm, tiled_mma).get_slice(tidx)
+    copy_P = cute.make_tiled_copy_A(ldsm, tiled_mma).get_slice(tidx)
+    copy_Vt = cute.make_tiled_copy_B(ldsm_t, tiled_mma).get_slice(tidx)
+    tSsQ, tSrQ_view = copy_Q.partition_S(sQ), copy_Q.retile(tSrQ)
+    tSsK, tSrK_view = copy_K.partition_S(sK), copy_K.retile(tSrK)
+    tOsP, tOrP_view = copy_P.partition_S(sP), copy_P.retile(tOrP)
+    tOsVt, tOrVt_view = copy_Vt.partition_S(sVt), copy_Vt.retile(tOrVt)
+
+    # Registers -> smem for P: each thread stores its accumulator-shaped bf16 values as they lie.
+    store_P = cute.make_tiled_copy_C(
+        cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype), tiled_mma).get_slice(tidx)
+    tPsP = store_P.partition_D(sP)
+
+    # Row statistics of the online softmax. A thread holds 2 rows per 16-row MMA tile
+    # (rows r and r+8 of the m16n8 accumulator), so 2 x (TILE_M / 64) = 2 rows here.
+    S_mn = _mn_view(acc_S)
+    O_mn = _mn_view(acc_O)
+    rows_per_thread = cute.size(S_mn, mode=[0])
+    row_max = cute.make_rmem_tensor(rows_per_thread, cutlass.Float32)
+    row_sum = cute.make_rmem_tensor(rows_per_thread, cutlass.Float32)
+    row_max.fill(-cutlass.Float32.inf)
+    row_sum.fill(0.0)
+
+    # Q once, synchronously. It becomes visible to other warps at the first barrier below.
+    cute.copy(gmem_copy, tQgQ, tQsQ)
+
+    for n_block in range(n_blocks):
+        # barrier: every warp is done reading sK/sV/sP of the previous iteration before we overwrite.
+        cute.arch.sync_threads()
+        cute.copy(gmem_copy, tKgK[None, None, None, n_block], tKsK)
+        cute.copy(gmem_copy, tVgV[None, None, None, n_block], tVsV)
+        # barrier: sK, sV (and sQ on the first iteration) written by all threads, visible to all.
+        cute.arch.sync_threads()
+
+        # S = Q K^T, one k-block (16 of the head dim) at a time: ldmatrix both operands, then MMA.
+        acc_S.fill(0.0)
+        for kb in cutlass.range_constexpr(cute.size(tSsQ, mode=[2])):
+            cute.copy(copy_Q, tSsQ[None, None, kb], tSrQ_view[None, None, kb])
+            cute.copy(copy_K, tSsK[None, None, kb], tSrK_view[None, None, kb])
+            cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb], acc_S)
+
+        # Online softmax, row by row: new max, rescale O and the running sum, exponentiate S.
+        for r in cutlass.range_constexpr(rows_per_thread):
+            s_row = S_mn[r, None].load()
+            m_new = _quad_allreduce(s_row.reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0),
+                                    cute.arch.fmax)
+            m_new = cute.arch.fmax(m_new, row_max[r])
+            # exp(scale * (m_old - m_new)); the first tile has m_old = -inf, so this is 0.
+            rescale = cute.math.exp((row_max[r] - m_new) * softmax_scale)
+            p_row = cute.math.exp((s_row - m_new) * softmax_scale)
+            row_sum[r] = row_sum[r] * rescale + p_row.reduce(cute.ReductionOp.ADD, 0.0, 0)
+            row_max[r] = m_new
+            S_mn[r, None] = p_row
+            O_mn[r, None] = O_mn[r, None].load() * rescale
+
+        # P (bf16) to smem, where the P V MMA reads it back as its A operand.
+        rP = cute.make_fragment_like(acc_S, dtype)
+        rP.store(acc_S.load().to(dtype))
+        cute.copy(store_P, store_P.retile(rP), tPsP)
+        # barrier: P written by every thread before any warp ldmatrix-es it. (A warp only reads
+        # its own 16 rows, so a warp barrier would do; the baseline keeps the plain CTA barrier.)
+        cute.arch.sync_threads()
+
+        # O += P V, one k-block (16 keys) at a time.
+        for kb in cutlass.range_constexpr(cute.size(tOsP, mode=[2])):
+            cute.copy(copy_P, tOsP[None, None, kb], tOrP_view[None, None, kb])
+            cute.copy(copy_Vt, tOsVt[None, None, kb], tOrVt_view[None, None, kb])
+            cute.gemm(tiled_mma, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb], acc_O)
+
+    # Epilogue: O / rowsum, to bf16, stored straight from registers to global memory.
+    for r in cutlass.range_constexpr(rows_per_thread):
+        total = _quad_allreduce(row_sum[r], lambda a, b: a + b)
+        O_mn[r, None] = O_mn[r, None].load() * cute.arch.rcp_approx(total)
+    rO = cute.make_fragment_like(acc_O, dtype)
+    rO.store(acc_O.load().to(dtype))
+    store_O = cute.make_tiled_copy_C(
+        cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype), tiled_mma).get_slice(tidx)
+    cute.copy(store_O, store_O.retile(rO), store_O.partition_D(gO))
+
+
+def _quad_allreduce(value, op):
+    """Reduce across the 4 lanes that hold one accumulator row (lanes 4i..4i+3 of a warp)."""
+    value = op(value, cute.arch.shuffle_sync_bfly(value, offset=2))
+    value = op(value, cute.arch.shuffle_sync_bfly(value, offset=1))
+    return value
+
+
+def _mn_view(acc: cute.Tensor) -> cute.Tensor:
+    """View an m16n8 accumulator fragment ((2, 2), MMA_M, MMA_N) as (rows, cols) of this thread.
+
+    In the value mode, the inner 2 are two adjacent columns and the outer 2 are rows r and r+8.
+    """
+    layout = cute.make_layout(acc.layout.shape)
+    mn = cute.make_layout(
+        ((layout.shape[0][1], layout.shape[1]), (layout.shape[0][0], layout.shape[2])),
+        stride=((layout.stride[0][1], layout.stride[1]), (layout.stride[0][0], layout.stride[2])),
+    )
+    return cute.make_tensor(acc.iterator, cute.composition(acc.layout, mn))
+
+
+attention = contract.make_attention(INFO, host)
