@@ -336,9 +336,11 @@ def cmd_selfcheck(args) -> int:
         detail = "; ".join(f"{n['case']} {n['max_error']:.1e}/{n['bound']:.1e}" for n in nums)
         console.print(f"{step.id}: {'[green]ok[/green]' if ok else '[red]FAIL[/red]'} ({res.seconds:.0f} s) {detail}")
         if not ok:
-            console.print(f"[red]first failing step: {step.id}: {res.error or 'numerics'}[/red]")
-            if res.log_tail:
-                console.print(res.log_tail[-2000:], markup=False)
+            reports = res.sanitizer_reports()
+            console.print(f"[red]first failing step: {step.id}: "
+                          f"{'sanitizer reports' if reports else (res.error or 'numerics')[:2000]}[/red]")
+            for line in reports:
+                console.print(line, markup=False)
             return 1
     console.print("[green]all runnable steps pass[/green]")
     return 0

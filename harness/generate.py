@@ -21,6 +21,11 @@ NOT_RUN_B200 = "compiled, not yet run on a B200"
 SEQ_LABEL = {"4096": "4k", "8192": "8k", "16384": "16k"}
 
 
+def _md(rows, headers) -> str:
+    """A GitHub Markdown table; cells are shown exactly as formatted here."""
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+
+
 def _fmt(x, digits=3):
     return "—" if x is None else f"{x:.{digits}f}"
 
@@ -42,9 +47,8 @@ def results_block(step_id: str) -> str:
                           " / ".join(f"{b['step_tflops']:.0f}" for b in row.get("bench", [])),
                           " / ".join(f"{b['fa4_tflops']:.0f}" for b in row.get("bench", [])),
                           "pass" if row.get("numerics_passed") else "FAIL"])
-        out.append(tabulate(table, headers=["GPU, date", "4k", "8k", "16k", "h-mean",
-                                            "step TFLOP/s (4k/8k/16k)", "FA4 TFLOP/s", "numerics"],
-                            tablefmt="github"))
+        out.append(_md(table, ["GPU, date", "4k", "8k", "16k", "h-mean",
+                                            "step TFLOP/s (4k/8k/16k)", "FA4 TFLOP/s", "numerics"]))
         out.append("")
         out.append("Fractions of stock FlashAttention-4, timed side by side in one process "
                    "(batch*seqlen = 16k, 16 heads, hdim 128, bf16, non-causal; L2 flushed; median).")
@@ -78,7 +82,7 @@ def sass_block(step_id: str, against: str | None = None) -> str:
     table.append(["spill bytes", *(r.sass.spills for r in reports)])
     table.append(["threads / CTA", *(r.threads_per_cta for r in reports)])
     table.append(["smem bytes / CTA", *(s.info.smem_bytes for s, _ in columns)])
-    return tabulate(table, headers=headers, tablefmt="github") + "\n"
+    return _md([[str(c) for c in r] for r in table], headers) + "\n"
 
 
 def table_block(track: str) -> str:
@@ -94,21 +98,21 @@ def table_block(track: str) -> str:
             fr = row.get("fractions", {})
             h = row.get("hmean")
             vs = f"{(h / prev - 1) * 100:+.0f}%" if prev and h else ""
-            table.append([name, change, *(_fmt(fr.get(s), 2) for s in SEQ_LABEL), _fmt(h, 2), vs])
+            table.append([name, change, *(_fmt(fr.get(s)) for s in SEQ_LABEL), _fmt(h), vs])
             prev = h
         else:
             missing = NOT_RUN_B200 if track == "blackwell" else "not yet measured"
             table.append([name, change, missing, "", "", "", ""])
             prev = None
-    text = tabulate(table, headers=["step", "change", "4k", "8k", "16k", "h-mean", "vs prev"],
-                    tablefmt="github")
+    text = _md(table, ["step", "change", "4k", "8k", "16k", "h-mean", "vs prev"]) + "\n"
     measured = [r for s in track_steps(track) if (r := data["rows"].get(s.id))]
     if measured:
         fa4 = {}
         for r in measured:
             for b in r.get("bench", []):
                 fa4.setdefault(str(b["seqlen"]), []).append(b["fa4_tflops"])
-        span = ", ".join(f"{SEQ_LABEL[s]}: {min(v):.0f}-{max(v):.0f}" for s, v in fa4.items())
+        span = ", ".join(f"{SEQ_LABEL[s]}: " + (f"{min(v):.0f}" if len(v) == 1 else f"{min(v):.0f}-{max(v):.0f}")
+                         for s, v in fa4.items())
         p = measured[-1]["provenance"]
         text += (f"\nFractions of stock FA4 measured in the same process on {p['gpu']}; FA4's own TFLOP/s "
                  f"in those processes: {span}. Dates: "
@@ -127,8 +131,7 @@ def stock_block() -> str:
                   _fmt(b["cudnn_fraction"], 2)] for b in stock["bench"]]
         p = stock["provenance"]
         lines.append(f"{p['gpu']}, {p['date'][:10]} (`{p['command']}`):\n")
-        lines.append(tabulate(table, headers=["seqlen", "FA4 TFLOP/s", "cuDNN TFLOP/s", "cuDNN / FA4"],
-                              tablefmt="github") + "\n")
+        lines.append(_md(table, ["seqlen", "FA4 TFLOP/s", "cuDNN TFLOP/s", "cuDNN / FA4"]) + "\n")
     return "\n".join(lines) if lines else "No recorded results yet.\n"
 
 
@@ -139,10 +142,17 @@ def profile_block(step_id: str) -> str:
         prof = data.get("profiles", {}).get(resolve(step_id).id)
         if not prof:
             continue
-        table = [[meaning, "n/a" if prof["metrics"].get(m) is None else f"{prof['metrics'][m]:,.1f}"]
-                 for m, meaning in METRICS.items() if m in prof["metrics"]]
+        metrics = prof["metrics"]
+        table = [[meaning, "n/a" if metrics.get(m) is None else f"{metrics[m]:,.1f}"]
+                 for m, meaning in METRICS.items() if m in metrics]
+        for op in ("ld", "st"):
+            waves = metrics.get(f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum")
+            conflicts = metrics.get(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum")
+            if waves and conflicts is not None:
+                table.append([f"smem {'load' if op == 'ld' else 'store'} conflict share (conflicts / wavefronts)",
+                              f"{conflicts / waves:.3f}"])
         p = prof["provenance"]
-        lines.append(tabulate(table, headers=["counter", "value"], tablefmt="github"))
+        lines.append(_md(table, ["counter", "value"]))
         lines.append(f"\nseqlen {prof['seqlen']} (bench shape), {p['gpu']}, {p['date'][:10]}, `{p['command']}`.\n")
     return "\n".join(lines) if lines else "No recorded profile yet.\n"
 

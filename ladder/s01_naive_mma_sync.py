@@ -9,24 +9,27 @@ What it does, per CTA of 128 threads (4 warps) and one 64-row query tile of one 
     (global -> registers -> shared, 16 B per thread per copy), into row-major, unswizzled smem.
   * S = Q K^T and O += P V run on ``mma.sync.m16n8k16`` (SASS ``HMMA.16816.F32.BF16``); each warp
     owns 16 query rows. Operands go smem -> registers with ``ldmatrix`` (SASS ``LDSM``).
-  * Online softmax in fp32 registers, with the library ``exp`` (``cute.math.exp``: a multiply by
-    log2(e), then ``MUFU.EX2``), max/sum reduced across the 4 threads that share a row.
+  * Online softmax in fp32 registers, with the library ``exp`` (``cute.math.exp``: a range-reduced
+    expf, a few FFMAs around each ``MUFU.EX2``), max/sum reduced across the 4 threads of a row.
   * P (bf16) goes back through shared memory to become the A operand of P V.
 
 Why it is slow (each item is a later step):
   * ``mma.sync`` is Ampere's warp-level MMA; Hopper's ``wgmma`` / Blackwell's ``tcgen05.mma`` are the
     architecture's own, asynchronous, larger tensor-core instructions (step 02).
   * Unswizzled 256-byte rows put the 8 rows an ``ldmatrix`` reads in one bank group: 8-way
-    conflicts (step 03 swizzles).
+    conflicts. Step 02 takes ldmatrix off the MMA path (wgmma / tcgen05 read smem through
+    descriptors); step 03 swizzles the layouts that remain.
   * Every thread stalls on its own global loads, and nothing overlaps loading with math
-    (steps 04, 07, 08).
+    (steps 04, 07, 08). The library exp costs extra FMAs per score (step 10).
   * P makes a round trip through smem (step 06); softmax and MMA never overlap (step 09).
 
-Expect (arithmetic): per K/V tile a CTA does 2 x 64x128x128 MMAs = 4.2 MFLOP and moves 64 KB of K/V
-from L2/HBM through registers into smem, stalling on it. At hdim 128 the FLOPs/byte is high enough that
-HBM is not the limit; latency is. With 96 KB of smem per CTA only 2 CTAs (8 warps) fit on an SM, too
-few to hide a synchronous load. Hopper's mma.sync path peaks well below wgmma's (about 2/3 of it on an
-H100), so expect a small fraction of FA4: roughly 0.2-0.35x.
+Expect (arithmetic): shared-memory wavefronts, not tensor cores, set the speed. Per K/V tile each warp
+issues 144 ``ldmatrix.x4`` (Q 8, K 64, P 8, V 64). One x4 reads four 8x8 matrices: 4 wavefronts when
+conflict-free, but with 256-byte rows the 8 rows of a matrix sit in the same 4 banks, so each matrix
+costs 8 wavefronts, 32 per instruction. Per CTA and K/V tile: 4 x 144 x 32 = 18,432 wavefronts for
+4 x 64 x 128 x 128 = 4.19 MFLOP; an SM serves one wavefront per clock, so at most 227 FLOP/clk/SM,
+about 59 TFLOP/s on 132 SMs at 1.98 GHz: under a tenth of FA4. (A first estimate that ignored the
+conflicts said 0.2-0.35x; the measurement disagreed, and ncu's conflict count says why: see the writeup.)
 
 Evidence: ``ladder sass 01`` (HMMA.16816.F32.BF16, LDSM, MUFU.EX2; no HGMMA/UTCHMMA);
 ``ladder run 01`` / results/h200.json; writeups/01-naive-mma-sync.md.
@@ -132,7 +135,7 @@ def kernel(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
     gV = cute.local_tile(mV[batch, None, head, None], (TILE_N, HEAD_DIM), (None, 0))
     gO = cute.local_tile(mO[batch, None, head, None], (TILE_M, HEAD_DIM), (m_block, 0))
 
-    smem = cutlass.utils.SmemAllocator()
+    smem = cutlass.memory.SmemAllocator()
     storage = smem.allocate(SharedStorage)
     sQ = storage.sQ.get_tensor(sQ_layout)
     sK = storage.sK.get_tensor(sK_layout)

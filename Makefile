@@ -1,0 +1,60 @@
+# attention-ladder. Every target works as the first command on a fresh machine: it creates the venv
+# and installs what is missing. On a machine whose python3 already has a CUDA torch, the venv sees
+# that torch (--system-site-packages) instead of installing a CPU one over it.
+
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+LADDER  := $(VENV)/bin/ladder
+STAMP   := $(VENV)/.installed
+STEP    ?= 01
+AGAINST ?=
+TORCH_CPU ?= torch==2.13.0
+
+.PHONY: install test run gpu-test table sass diff selfcheck sanitize writeups clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then \
+	  echo "CUDA torch found: the venv uses it"; \
+	  python3 -m venv --system-site-packages $(VENV) && \
+	  $(PY) -m pip install -q -e ".[gpu,sass,test]"; \
+	else \
+	  echo "no CUDA torch: CPU install ($(TORCH_CPU))"; \
+	  python3 -m venv $(VENV) && \
+	  $(PY) -m pip install -q "$(TORCH_CPU)" && \
+	  $(PY) -m pip install -q -e ".[sass,test]"; \
+	fi
+	@touch $(STAMP)
+
+test: install            ## all tests: CPU compile/SASS proof always, GPU tests where the arch matches
+	$(PY) -m pytest -q
+
+run: install             ## the main job: measured table on a GPU; compile/SASS table + recorded results on CPU
+	$(LADDER) table
+
+gpu-test: install        ## only the GPU tests (they skip, with reasons, without a matching GPU)
+	$(PY) -m pytest -q -m gpu -rs
+
+table: install
+	$(LADDER) table
+
+sass: install            ## make sass STEP=01 [AGAINST=..]
+	$(LADDER) sass $(STEP) $(if $(AGAINST),--against $(AGAINST),)
+
+diff: install            ## make diff STEP=h03 [AGAINST=h02]
+	$(LADDER) diff $(if $(AGAINST),$(AGAINST) $(STEP),$(STEP))
+
+selfcheck: install
+	$(LADDER) selfcheck
+
+sanitize: install        ## every runnable step at tiny shapes under each compute-sanitizer tool
+	$(LADDER) selfcheck --sanitize memcheck
+	$(LADDER) selfcheck --sanitize racecheck
+	$(LADDER) selfcheck --sanitize synccheck
+
+writeups: install
+	$(LADDER) writeups
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,40 @@
+"""Generated blocks: numbers in writeups and the README come from results files and the compiler."""
+
+import re
+
+from harness import generate
+from harness.steps import ROOT, discover
+
+
+def test_no_generated_block_is_stale():
+    stale = generate.stale()
+    assert not stale, f"run `ladder writeups`: stale blocks in {[str(p.relative_to(ROOT)) for p in stale]}"
+
+
+def test_readme_has_both_track_tables():
+    text = (ROOT / "README.md").read_text()
+    assert "<!-- ladder:begin table hopper -->" in text
+    assert "<!-- ladder:begin table blackwell -->" in text
+
+
+def test_blackwell_numbers_are_never_presented_as_measured_without_a_b200_file():
+    if (ROOT / "results" / "b200.json").exists():
+        return
+    block = generate.table_block("blackwell")
+    for line in block.splitlines():
+        if line.startswith("| ["):
+            assert generate.NOT_RUN_B200 in line, line
+    for step in discover():
+        if "sm_100a" in step.info.archs:
+            assert generate.NOT_RUN_B200 in generate.results_block(step.id)
+
+
+def test_results_block_reflects_the_file(tmp_path, monkeypatch):
+    """Change the recorded number and the generated block changes with it."""
+    from harness import results
+    prov = {"gpu": "NVIDIA H200", "date": "2026-01-01T00:00:00Z", "command": "ladder table", "torch": "t",
+            "cutlass_dsl": "4.8.1", "flash_attn_4": "f", "driver": "d"}
+    bench = [{"seqlen": s, "fraction": 0.123, "step_tflops": 1.0, "fa4_tflops": 2.0} for s in (4096, 8192, 16384)]
+    results.record(tmp_path / "h200.json", {"01": {"provenance": prov, "numerics": [{"passed": True}], "bench": bench}})
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    assert re.search(r"0\.123", generate.results_block("01"))

@@ -1,0 +1,54 @@
+"""On a GPU of the step's arch: numerics by FA4's rule at several shapes, one compile per process,
+bad input still a ValueError. Skips with the reason elsewhere (Hopper: exactly (9, 0); Blackwell:
+exactly (10, 0)). Timing lives in the harness (`ladder table`), not here."""
+
+import pytest
+
+from conftest import STEPS, require_gpu_for, step_id
+from harness import workloads
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("step", STEPS, ids=step_id)
+@pytest.mark.parametrize("case", workloads.NUMERICS_CASES, ids=lambda c: c.name)
+def test_numerics(step, case, capability):
+    require_gpu_for(step, capability)
+    from reference.numerics import check_output
+    shape = case.shape_for(step.info)
+    q, k, v = workloads.make_qkv(shape, seed=hash(case.name) % 1000, magnitude=case.magnitude)
+    result = check_output(step.module.attention(q, k, v), q, k, v)
+    assert result.passed, f"{step.id} {case.name} {shape}: {result}"
+
+
+@pytest.mark.parametrize("step", STEPS, ids=step_id)
+def test_bench_shape_numerics_sampled_rows(step, capability):
+    require_gpu_for(step, capability)
+    import torch
+
+    from reference.numerics import check_output
+    shape = workloads.bench_shape(4096)
+    q, k, v = workloads.make_qkv(shape, seed=4096)
+    rows = torch.randperm(4096)[:256].sort().values.cuda()
+    result = check_output(step.module.attention(q, k, v), q, k, v, rows=rows)
+    assert result.passed, f"{step.id} {shape}: {result}"
+
+
+@pytest.mark.parametrize("step", STEPS, ids=step_id)
+def test_second_call_does_not_recompile(step, capability):
+    require_gpu_for(step, capability)
+    from ladder import contract
+    q, k, v = workloads.make_qkv(workloads.NUMERICS_CASES[0].shape_for(step.info), seed=1)
+    step.module.attention(q, k, v)
+    compiled = dict(contract._compiled)
+    q2, k2, v2 = workloads.make_qkv(workloads.NUMERICS_CASES[1].shape_for(step.info), seed=2)
+    step.module.attention(q2, k2, v2)          # other batch, seqlen, heads: same compiled kernel
+    assert contract._compiled == compiled
+
+
+@pytest.mark.parametrize("step", STEPS, ids=step_id)
+def test_bad_seqlen_on_gpu_is_a_value_error(step, capability):
+    require_gpu_for(step, capability)
+    q, k, v = workloads.make_qkv((1, step.info.tile_n + 8, 1, 128), seed=3)
+    with pytest.raises(ValueError, match="seqlen"):
+        step.module.attention(q, k, v)

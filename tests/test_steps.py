@@ -1,0 +1,73 @@
+"""The step contract, statically: discovery by file name, metadata, docstrings, writeups, budgets."""
+
+import ast
+import re
+
+import pytest
+
+from conftest import STEPS, step_id
+from harness.steps import ROOT, predecessor, resolve, track_steps
+from ladder.contract import ARCH_CAPABILITY
+
+SMEM_LIMIT = 227 * 1024      # per CTA, both sm_90 and sm_100
+
+
+def test_step_01_exists_and_is_shared_by_both_tracks():
+    step = resolve("01")
+    assert step.tracks == ("hopper", "blackwell")
+    assert resolve("h01") is not None and resolve("b01").id == "01" and resolve("s01").id == "01"
+    assert track_steps("hopper")[0].id == "01" and track_steps("blackwell")[0].id == "01"
+
+
+def test_unknown_step_names_are_rejected():
+    with pytest.raises(ValueError):
+        resolve("h99")
+    with pytest.raises(ValueError):
+        resolve("zz")
+
+
+@pytest.mark.parametrize("step", STEPS, ids=step_id)
+def test_metadata_is_consistent(step):
+    info = step.info
+    assert info.id == step.id and info.slug == step.slug
+    assert info.archs and all(a in ARCH_CAPABILITY for a in info.archs)
+    if step.id.startswith("h"):
+        assert info.archs == ("sm_90a",)
+    if step.id.startswith("b"):
+        assert info.archs == ("sm_100a",)
+    assert info.threads % 32 == 0 and info.threads <= 1024
+    assert info.smem_bytes <= SMEM_LIMIT, f"{info.smem_bytes} B of smem > {SMEM_LIMIT}"
+    assert info.change and info.title
+    assert info.sass_present, "a step must claim the SASS its mechanism produces"
+    if step.id != "01":
+        assert predecessor(step) is not None
+        assert predecessor(step).number == step.number - 1
+    if info.tmem_cols is not None:
+        assert 32 <= info.tmem_cols <= 512 and info.tmem_cols & (info.tmem_cols - 1) == 0
+
+
+@pytest.mark.parametrize("step", STEPS, ids=step_id)
+def test_step_module_is_self_contained(step):
+    """Its kernel is in its own file: it imports only cutlass and the shared contract."""
+    tree = ast.parse(step.path.read_text())
+    imported = {n.module.split(".")[0] if isinstance(n, ast.ImportFrom) else a.name.split(".")[0]
+                for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in (n.names if isinstance(n, ast.Import) else [n])}
+    assert imported <= {"cutlass", "ladder", "math", "operator"}, imported
+    assert any(isinstance(n, ast.FunctionDef) and n.name == "kernel" for n in tree.body), \
+        "the device function is named `kernel` (the profiler selects it by name)"
+
+
+@pytest.mark.parametrize("step", STEPS, ids=step_id)
+def test_docstring_states_change_why_expect_evidence(step):
+    doc = step.module.__doc__ or ""
+    for word in ("Change", "Why", "Expect", "Evidence"):
+        assert re.search(rf"\b{word}", doc), f"{step.id}'s docstring lacks '{word}'"
+
+
+@pytest.mark.parametrize("step", STEPS, ids=step_id)
+def test_writeup_exists_with_generated_blocks(step):
+    assert step.writeup.exists(), f"missing {step.writeup.relative_to(ROOT)}"
+    text = step.writeup.read_text()
+    assert f"<!-- ladder:begin results {step.id} -->" in text
+    assert f"<!-- ladder:begin sass {step.id}" in text
