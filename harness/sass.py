@@ -111,3 +111,20 @@ def read_cubin(cubin: Path) -> Sass:
     return Sass(text=text, opcodes=opcodes, target=target_arch(text), registers=field_of("REG"),
                 stack_bytes=field_of("STACK"), local_bytes=field_of("LOCAL"),
                 mechanisms=mechanism_counts(opcodes))
+
+
+# wgmma matrix descriptors (PTX): bits 62-63 hold the smem layout type the tensor cores assume.
+WGMMA_LAYOUT_TYPES = {0: "INTERLEAVE (no swizzle)", 1: "SWIZZLE_128B", 2: "SWIZZLE_64B", 3: "SWIZZLE_32B"}
+_WGMMA_RE = re.compile(r"wgmma\.mma_async[^{]*\{[^}]*\}\s*,\s*(%rd\d+)\s*,\s*(%rd\d+)")
+_WGMMA_RS_RE = re.compile(r"wgmma\.mma_async[^{]*\{[^}]*\}\s*,\s*\{[^}]*\}\s*,\s*(%rd\d+)")
+
+
+def wgmma_descriptor_layout_types(ptx: str) -> list[int]:
+    """The layout type of every smem descriptor operand of every wgmma in ``ptx``. Each descriptor
+    register is built as ``or/add REG, base, IMM``; the immediate carries the layout type."""
+    defs = dict(re.findall(r"(?:or\.b64|add\.s64)\s+(%rd\d+),\s*%rd\d+,\s*(\d+);", ptx))
+    regs = [r for pair in _WGMMA_RE.findall(ptx) for r in pair] + _WGMMA_RS_RE.findall(ptx)
+    missing = [r for r in regs if r not in defs]
+    if missing:
+        raise ValueError(f"wgmma descriptors not built from an immediate: {missing[:4]}")
+    return [(int(defs[r]) >> 62) & 3 for r in regs]

@@ -152,6 +152,17 @@ def aligned(t):
     return cute.make_tensor(t.iterator, cute.make_layout(t.shape, stride=stride))
 
 
+def set_target_arch(arch: str) -> None:
+    """Make ``arch`` the DSL's target for code traced from now on (MMA atoms check it when they
+    are built), also where no ``--gpu-arch`` option is in play (host-side layout tests)."""
+    import os
+
+    from cutlass.cutlass_dsl import CuTeDSL
+
+    os.environ["CUTE_DSL_ARCH"] = arch
+    CuTeDSL._get_dsl().envar.arch = arch
+
+
 def compile_host(host: Callable, arch: str, options: str = "", args=None):
     """Compile a step's ``host`` for ``arch``. With no ``args`` it uses ``fake_arguments()`` and
     needs no GPU (no device is queried while tracing); a test checks both give the same SASS."""
@@ -159,7 +170,7 @@ def compile_host(host: Callable, arch: str, options: str = "", args=None):
 
     import cutlass.cute as cute
 
-    os.environ["CUTE_DSL_ARCH"] = arch   # some constructors read the arch from here
+    set_target_arch(arch)
     args = fake_arguments() if args is None else args
     return cute.compile(host, *args, options=f"--gpu-arch {arch} {options}".strip())
 

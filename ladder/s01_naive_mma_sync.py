@@ -70,60 +70,81 @@ INFO = contract.StepInfo(
 )
 
 
-def _row_major(rows, cols):
-    return cute.make_layout((rows, cols), stride=(cols, 1))
+def make_smem_layouts():
+    """(sQ, sK, sVt, sP): plain row-major tiles, no swizzle, no padding (step 03 changes this).
+    V is described as the B operand of O += P V, shaped (D, keys); in memory it is still V's
+    row-major (keys, D) tile, so the head dim is the contiguous mode."""
+    sQ = cute.make_layout((TILE_M, HEAD_DIM), stride=(HEAD_DIM, 1))
+    sK = cute.make_layout((TILE_N, HEAD_DIM), stride=(HEAD_DIM, 1))
+    sVt = cute.make_layout((HEAD_DIM, TILE_N), stride=(1, HEAD_DIM))
+    sP = cute.make_layout((TILE_M, TILE_N), stride=(TILE_N, 1))
+    return sQ, sK, sVt, sP
 
 
-@cute.jit
-def host(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
-         softmax_scale: cutlass.Float32, stream):
-    """Build layouts, copies and the tiled MMA; launch one CTA per (query tile, batch, head)."""
-    dtype = mQ.element_type
-    mQ, mK, mV, mO = (contract.aligned(t) for t in (mQ, mK, mV, mO))
-
-    # Shared memory: plain row-major tiles, no swizzle, no padding (step 03 changes this).
-    sQ_layout = _row_major(TILE_M, HEAD_DIM)
-    sK_layout = _row_major(TILE_N, HEAD_DIM)
-    sV_layout = _row_major(TILE_N, HEAD_DIM)
-    sP_layout = _row_major(TILE_M, TILE_N)
-
-    @cute.struct
-    class SharedStorage:
-        sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 128]
-        sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], 128]
-        sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sV_layout)], 128]
-        sP: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sP_layout)], 128]
-
-    # Global -> smem: a plain (synchronous) 16-byte copy; 16 threads cover one 256-byte row,
-    # so a warp reads two whole rows per instruction (coalesced).
+def make_gmem_copy(dtype):
+    """Global -> smem: a plain (synchronous) 16-byte copy; 16 threads cover one 256-byte row, so a
+    warp reads two whole rows per instruction (coalesced)."""
     copy_atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=COPY_BITS)
     threads_per_row = HEAD_DIM // ELEMS_PER_COPY
-    gmem_copy = cute.make_tiled_copy_tv(
+    return cute.make_tiled_copy_tv(
         copy_atom,
         cute.make_layout((THREADS // threads_per_row, threads_per_row), stride=(threads_per_row, 1)),
         cute.make_layout((1, ELEMS_PER_COPY)),
     )
 
-    # Tensor cores: mma.sync m16n8k16, 4 warps stacked along M (16 query rows each). The N
-    # permutation of 16 lets one ldmatrix.x4 feed two n8 atoms of the B operand.
+
+def make_tiled_mmas(dtype):
+    """(for S = Q K^T, for O += P V). Tensor cores: mma.sync m16n8k16, 4 warps stacked along M
+    (16 query rows each); the N permutation of 16 lets one ldmatrix.x4 feed two n8 atoms of B.
+    Both GEMMs use the same one."""
     tiled_mma = cute.make_tiled_mma(
         warp.MmaF16BF16Op(dtype, cutlass.Float32, (16, 8, 16)),
         (NUM_WARPS, 1, 1),
         permutation_mnk=(NUM_WARPS * 16, 16, 16),
     )
+    return tiled_mma, tiled_mma
 
+
+def make_fragment_store(dtype, tiled_mma):
+    """Registers -> memory (P to smem, O to global): each thread stores its accumulator-shaped
+    values as they lie in its registers."""
+    return cute.make_tiled_copy_C(cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype), tiled_mma)
+
+
+def transpose_view(t):
+    """The same smem with its two modes swapped: (i, j) -> t(j, i)."""
+    rows, cols = cute.size(t, mode=[0]), cute.size(t, mode=[1])
+    return cute.composition(t, cute.make_layout((cols, rows), stride=(rows, 1)))
+
+
+@cute.jit
+def host(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
+         softmax_scale: cutlass.Float32, stream):
+    """Build layouts, copies and the tiled MMAs; launch one CTA per (query tile, batch, head)."""
+    dtype = mQ.element_type
+    mQ, mK, mV, mO = (contract.aligned(t) for t in (mQ, mK, mV, mO))
+    sQ_layout, sK_layout, sVt_layout, sP_layout = make_smem_layouts()
+
+    @cute.struct
+    class SharedStorage:
+        sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], 128]
+        sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], 128]
+        sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sVt_layout)], 128]
+        sP: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sP_layout)], 128]
+
+    tiled_mma, tiled_mma_pv = make_tiled_mmas(dtype)
     grid = (cute.size(mQ.shape[1]) // TILE_M, cute.size(mQ.shape[0]), cute.size(mQ.shape[2]))
-    kernel(mQ, mK, mV, mO, softmax_scale, sQ_layout, sK_layout, sV_layout, sP_layout,
-           gmem_copy, tiled_mma, SharedStorage).launch(
+    kernel(mQ, mK, mV, mO, softmax_scale, sQ_layout, sK_layout, sVt_layout, sP_layout,
+           make_gmem_copy(dtype), tiled_mma, tiled_mma_pv, SharedStorage).launch(
         grid=grid, block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream)
 
 
 @cute.kernel
 def kernel(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
            softmax_scale: cutlass.Float32,
-           sQ_layout: cute.Layout, sK_layout: cute.Layout, sV_layout: cute.Layout,
+           sQ_layout: cute.Layout, sK_layout: cute.Layout, sVt_layout: cute.Layout,
            sP_layout: cute.Layout, gmem_copy: cute.TiledCopy, tiled_mma: cute.TiledMma,
-           SharedStorage: cutlass.Constexpr):
+           tiled_mma_pv: cute.TiledMma, SharedStorage: cutlass.Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     m_block, batch, head = cute.arch.block_idx()
     dtype = mQ.element_type
@@ -139,10 +160,9 @@ def kernel(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
     storage = smem.allocate(SharedStorage)
     sQ = storage.sQ.get_tensor(sQ_layout)
     sK = storage.sK.get_tensor(sK_layout)
-    sV = storage.sV.get_tensor(sV_layout)
+    sVt = storage.sV.get_tensor(sVt_layout)    # (D, TILE_N): the B operand of O += P V
     sP = storage.sP.get_tensor(sP_layout)
-    # V viewed as (D, TILE_N): the B operand of O += P V is V^T with the key index as its K mode.
-    sVt = cute.make_tensor(sV.iterator, cute.make_layout((HEAD_DIM, TILE_N), stride=(1, HEAD_DIM)))
+    sV = transpose_view(sVt)                    # the same bytes as (TILE_N, D), for the copy
 
     # Synchronous copies: each thread's slice of every global tile and its smem destination.
     thr_copy = gmem_copy.get_slice(tidx)
@@ -152,12 +172,13 @@ def kernel(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
 
     # MMA fragments. S and O accumulate in fp32 registers; each warp holds 16 rows of each.
     thr_mma = tiled_mma.get_slice(tidx)
+    thr_mma_pv = tiled_mma_pv.get_slice(tidx)
     tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
     tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
-    tOrP = thr_mma.make_fragment_A(thr_mma.partition_A(sP))
-    tOrVt = thr_mma.make_fragment_B(thr_mma.partition_B(sVt))
+    tOrP = thr_mma_pv.make_fragment_A(thr_mma_pv.partition_A(sP))
+    tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))
     acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((TILE_M, TILE_N)), cutlass.Float32)
-    acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C((TILE_M, HEAD_DIM)), cutlass.Float32)
+    acc_O = cute.make_rmem_tensor(thr_mma_pv.partition_shape_C((TILE_M, HEAD_DIM)), cutlass.Float32)
     acc_O.fill(0.0)
 
     # smem -> registers with ldmatrix (x4); V is read transposed (.trans) to give V^T fragments.
@@ -165,16 +186,14 @@ def kernel(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
     ldsm_t = cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=4), dtype)
     copy_Q = cute.make_tiled_copy_A(ldsm, tiled_mma).get_slice(tidx)
     copy_K = cute.make_tiled_copy_B(ldsm, tiled_mma).get_slice(tidx)
-    copy_P = cute.make_tiled_copy_A(ldsm, tiled_mma).get_slice(tidx)
-    copy_Vt = cute.make_tiled_copy_B(ldsm_t, tiled_mma).get_slice(tidx)
+    copy_P = cute.make_tiled_copy_A(ldsm, tiled_mma_pv).get_slice(tidx)
+    copy_Vt = cute.make_tiled_copy_B(ldsm_t, tiled_mma_pv).get_slice(tidx)
     tSsQ, tSrQ_view = copy_Q.partition_S(sQ), copy_Q.retile(tSrQ)
     tSsK, tSrK_view = copy_K.partition_S(sK), copy_K.retile(tSrK)
     tOsP, tOrP_view = copy_P.partition_S(sP), copy_P.retile(tOrP)
     tOsVt, tOrVt_view = copy_Vt.partition_S(sVt), copy_Vt.retile(tOrVt)
 
-    # Registers -> smem for P: each thread stores its accumulator-shaped bf16 values as they lie.
-    store_P = cute.make_tiled_copy_C(
-        cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype), tiled_mma).get_slice(tidx)
+    store_P = make_fragment_store(dtype, tiled_mma).get_slice(tidx)
     tPsP = store_P.partition_D(sP)
 
     # Row statistics of the online softmax. A thread holds 2 rows per 16-row MMA tile
@@ -231,7 +250,7 @@ def kernel(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
         for kb in cutlass.range_constexpr(cute.size(tOsP, mode=[2])):
             cute.copy(copy_P, tOsP[None, None, kb], tOrP_view[None, None, kb])
             cute.copy(copy_Vt, tOsVt[None, None, kb], tOrVt_view[None, None, kb])
-            cute.gemm(tiled_mma, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb], acc_O)
+            cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb], acc_O)
 
     # Epilogue: O / rowsum, to bf16, stored straight from registers to global memory.
     for r in cutlass.range_constexpr(rows_per_thread):
@@ -239,8 +258,7 @@ def kernel(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
         O_mn[r, None] = O_mn[r, None].load() * cute.arch.rcp_approx(total)
     rO = cute.make_fragment_like(acc_O, dtype)
     rO.store(acc_O.load().to(dtype))
-    store_O = cute.make_tiled_copy_C(
-        cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype), tiled_mma).get_slice(tidx)
+    store_O = make_fragment_store(dtype, tiled_mma_pv).get_slice(tidx)
     cute.copy(store_O, store_O.retile(rO), store_O.partition_D(gO))
 
 

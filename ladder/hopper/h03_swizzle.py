@@ -1,0 +1,290 @@
+"""h03 — 128-byte swizzled shared memory, with wgmma descriptors in the matching swizzle mode.
+
+Change from h02: Q, K and V live in smem in the 128B-swizzle layouts (``K_SW128`` / ``MN_SW128``:
+8 rows of 128 bytes, the 16-byte chunk index XOR-ed with the row index), and their wgmma
+descriptors say so (layout type SWIZZLE_128B instead of INTERLEAVE). The buffers are aligned to
+1024 bytes, the swizzle pattern's period. P keeps h02's layout (see below). Nothing else changes.
+
+Why: in h02's INTERLEAVE layout, the 16 threads that copy one 256-byte row of Q/K/V write 16 core
+matrices at the same offset inside each: 16 stores to the same 4 banks. Every 16-byte warp store
+costs 16 wavefronts where 4 would do. With the XOR swizzle the 8 chunks of a 128-byte row land on
+8 different bank groups, and so do the same chunk of 8 consecutive rows, so any warp-wide 512-byte
+store of two rows is spread over all 32 banks: 4 wavefronts, the minimum. P's stores need no
+swizzle: they come from the accumulator fragment, and a warp's 32 four-byte stores already fill one
+128-byte core-matrix row (1 wavefront). Swizzling P would only add XOR-ed store addresses (in
+h04, where nothing else competes, 255 registers per thread with a swizzled P against 193 without).
+
+Expect (arithmetic): per CTA and K/V tile the 128 warp stores of K and V drop from 2,048 to 512
+wavefronts, and Q's one-time stores likewise. The shared-memory pipe was no longer the bottleneck
+after h02 (~2.2 K of its cycles per 4.19 MFLOP tile, against ~560 tensor-core cycles at full rate),
+so the gain is the stores' own stall time: modest, +10-30% at the harmonic mean. The synchronous
+global loads stay the limit until TMA (h04) and pipelining (h07/h08).
+
+Evidence: ``ladder sass h03 --against h02`` (same instructions: only layouts and descriptors
+change); the host test of store wavefronts (tests/test_smem_wavefronts.py); ``ladder profile h03``
+(store bank conflicts); results/h200.json; writeups/hopper/03-swizzle.md.
+"""
+
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.nvgpu import warpgroup
+
+from ladder import contract
+
+# Tile shapes (named, not magic): one CTA = one 64-row query tile, walking K/V in 128-row tiles.
+TILE_M = 64            # query rows per CTA: one warpgroup, the M=64 of wgmma.m64nNk16
+TILE_N = 128           # key/value rows per iteration
+HEAD_DIM = 128
+NUM_WARPS = 4          # one warpgroup
+THREADS = NUM_WARPS * 32
+COPY_BITS = 128        # one synchronous global->smem copy per thread moves 16 bytes = 8 bf16
+ELEMS_PER_COPY = COPY_BITS // 16
+
+# smem: Q + K + V (128-byte swizzled) + P (interleaved), all bf16.
+SMEM_ALIGN = 1024      # the 128B swizzle repeats every 8 rows x 128 B; descriptors assume this base
+SMEM_BYTES = 2 * (TILE_M * HEAD_DIM + 2 * TILE_N * HEAD_DIM + TILE_M * TILE_N)
+
+INFO = contract.StepInfo(
+    id="h03",
+    slug="swizzle",
+    title="128B-swizzled shared memory",
+    change="128B-swizzled smem layouts for Q, K, V with matching wgmma descriptors",
+    archs=("sm_90a",),
+    enabler=False,
+    threads=THREADS,
+    tile_m=TILE_M,
+    tile_n=TILE_N,
+    smem_bytes=SMEM_BYTES,
+    predecessor="h02",
+    sass_present=("HGMMA", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR", "MUFU.EX2"),
+    sass_absent=("HMMA", "LDSM", "UTMALDG", "LDGSTS"),
+)
+
+
+def _wgmma_layout(kind, shape, mn_major=False):
+    """Tile a wgmma smem layout atom over ``shape``; an MN-major operand is tiled along its
+    contiguous (first) mode first."""
+    atom = warpgroup.make_smem_layout_atom(kind, cutlass.BFloat16)
+    return cute.tile_to_shape(atom, shape, (1, 0) if mn_major else (0, 1))
+
+
+def make_smem_layouts():
+    """(sQ, sK, sVt, sP). Q, K and V in wgmma's 128-byte swizzle mode: atoms of 8 rows x 128
+    bytes (64 bf16) in which 16-byte chunk c of row r is stored at chunk c ^ (r % 8). Q and K are
+    K-major; V, the B operand of O += P V shaped (D, keys), has the head dim contiguous in memory,
+    so it is MN-major. P stays in the INTERLEAVE layout: its stores come from the accumulator
+    fragment, where a warp's 32 four-byte stores already fill whole 128-byte core-matrix rows
+    (1 wavefront, the minimum), while swizzling them would cost a register per XOR-ed address."""
+    swizzle_k = warpgroup.SmemLayoutAtomKind.K_SW128
+    swizzle_mn = warpgroup.SmemLayoutAtomKind.MN_SW128
+    sQ = _wgmma_layout(swizzle_k, (TILE_M, HEAD_DIM))
+    sK = _wgmma_layout(swizzle_k, (TILE_N, HEAD_DIM))
+    sVt = _wgmma_layout(swizzle_mn, (HEAD_DIM, TILE_N), mn_major=True)
+    sP = _wgmma_layout(warpgroup.SmemLayoutAtomKind.K_INTER, (TILE_M, TILE_N))
+    return sQ, sK, sVt, sP
+
+
+def make_gmem_copy(dtype):
+    """Global -> smem: a plain (synchronous) 16-byte copy; 16 threads cover one 256-byte row, so a
+    warp reads two whole rows per instruction (coalesced)."""
+    copy_atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=COPY_BITS)
+    threads_per_row = HEAD_DIM // ELEMS_PER_COPY
+    return cute.make_tiled_copy_tv(
+        copy_atom,
+        cute.make_layout((THREADS // threads_per_row, threads_per_row), stride=(threads_per_row, 1)),
+        cute.make_layout((1, ELEMS_PER_COPY)),
+    )
+
+
+def make_tiled_mmas(dtype):
+    """(for S = Q K^T, for O += P V). Tensor cores: one wgmma.m64n128k16 atom per warpgroup, both
+    operands from smem (SS). S: A (Q) and B (K) K-major. O: A (P) K-major, B (V) MN-major."""
+    K, MN = cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.MN
+    tiled_mma = cute.make_tiled_mma(warpgroup.MmaF16BF16Op(
+        dtype, cutlass.Float32, (TILE_M, TILE_N, 16), warpgroup.OperandSource.SMEM, K, K))
+    tiled_mma_pv = cute.make_tiled_mma(warpgroup.MmaF16BF16Op(
+        dtype, cutlass.Float32, (TILE_M, HEAD_DIM, 16), warpgroup.OperandSource.SMEM, K, MN))
+    return tiled_mma, tiled_mma_pv
+
+
+def make_fragment_store(dtype, tiled_mma):
+    """Registers -> memory (P to smem, O to global): each thread stores its accumulator-shaped
+    values as they lie in its registers."""
+    return cute.make_tiled_copy_C(cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype), tiled_mma)
+
+
+def transpose_view(t):
+    """The same smem with its two modes swapped: (i, j) -> t(j, i)."""
+    rows, cols = cute.size(t, mode=[0]), cute.size(t, mode=[1])
+    return cute.composition(t, cute.make_layout((cols, rows), stride=(rows, 1)))
+
+
+@cute.jit
+def host(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
+         softmax_scale: cutlass.Float32, stream):
+    """Build layouts, copies and the tiled MMAs; launch one CTA per (query tile, batch, head)."""
+    dtype = mQ.element_type
+    mQ, mK, mV, mO = (contract.aligned(t) for t in (mQ, mK, mV, mO))
+    sQ_layout, sK_layout, sVt_layout, sP_layout = make_smem_layouts()
+
+    @cute.struct
+    class SharedStorage:
+        sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], SMEM_ALIGN]
+        sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], SMEM_ALIGN]
+        sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sVt_layout)], SMEM_ALIGN]
+        sP: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sP_layout)], SMEM_ALIGN]
+
+    tiled_mma, tiled_mma_pv = make_tiled_mmas(dtype)
+    grid = (cute.size(mQ.shape[1]) // TILE_M, cute.size(mQ.shape[0]), cute.size(mQ.shape[2]))
+    kernel(mQ, mK, mV, mO, softmax_scale, sQ_layout, sK_layout, sVt_layout, sP_layout,
+           make_gmem_copy(dtype), tiled_mma, tiled_mma_pv, SharedStorage).launch(
+        grid=grid, block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream)
+
+
+@cute.kernel
+def kernel(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
+           softmax_scale: cutlass.Float32,
+           sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
+           sVt_layout: cute.ComposedLayout, sP_layout: cute.ComposedLayout,
+           gmem_copy: cute.TiledCopy, tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma,
+           SharedStorage: cutlass.Constexpr):
+    tidx, _, _ = cute.arch.thread_idx()
+    m_block, batch, head = cute.arch.block_idx()
+    dtype = mQ.element_type
+    n_blocks = cute.size(mK.shape[1]) // TILE_N
+
+    # This CTA's tiles in global memory: gQ (TILE_M, D); gK, gV (TILE_N, D, n_blocks); gO (TILE_M, D).
+    gQ = cute.local_tile(mQ[batch, None, head, None], (TILE_M, HEAD_DIM), (m_block, 0))
+    gK = cute.local_tile(mK[batch, None, head, None], (TILE_N, HEAD_DIM), (None, 0))
+    gV = cute.local_tile(mV[batch, None, head, None], (TILE_N, HEAD_DIM), (None, 0))
+    gO = cute.local_tile(mO[batch, None, head, None], (TILE_M, HEAD_DIM), (m_block, 0))
+
+    smem = cutlass.memory.SmemAllocator()
+    storage = smem.allocate(SharedStorage)
+    # The swizzle (the layouts' inner function) goes with the smem pointer; wgmma descriptors
+    # and the copies then see plain (outer) layouts.
+    sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+    sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+    sVt = storage.sV.get_tensor(sVt_layout.outer, swizzle=sVt_layout.inner)   # (D, TILE_N): B of P V
+    sP = storage.sP.get_tensor(sP_layout.outer, swizzle=sP_layout.inner)
+    sV = transpose_view(sVt)                    # the same bytes as (TILE_N, D), for the copy
+
+    # Synchronous copies: each thread's slice of every global tile and its smem destination.
+    thr_copy = gmem_copy.get_slice(tidx)
+    tQgQ, tQsQ = thr_copy.partition_S(gQ), thr_copy.partition_D(sQ)
+    tKgK, tKsK = thr_copy.partition_S(gK), thr_copy.partition_D(sK)
+    tVgV, tVsV = thr_copy.partition_S(gV), thr_copy.partition_D(sV)
+
+    # MMA operands: "fragments" of smem operands are wgmma matrix descriptors (address + layout),
+    # one per 16-wide k-block; nothing is loaded into registers. S and O accumulate in fp32
+    # registers; each warp of the warpgroup holds 16 of the 64 rows.
+    thr_mma = tiled_mma.get_slice(tidx)
+    thr_mma_pv = tiled_mma_pv.get_slice(tidx)
+    tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
+    tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
+    tOrP = thr_mma_pv.make_fragment_A(thr_mma_pv.partition_A(sP))
+    tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))
+    acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((TILE_M, TILE_N)), cutlass.Float32)
+    acc_O = cute.make_rmem_tensor(thr_mma_pv.partition_shape_C((TILE_M, HEAD_DIM)), cutlass.Float32)
+    acc_O.fill(0.0)
+
+    store_P = make_fragment_store(dtype, tiled_mma).get_slice(tidx)
+    tPsP = store_P.partition_D(sP)
+
+    # Row statistics of the online softmax. Within its warp's 16 rows a thread holds rows r and
+    # r+8 (as in mma.sync's m16n8 fragment), so 2 rows here.
+    S_mn = _mn_view(acc_S)
+    O_mn = _mn_view(acc_O)
+    rows_per_thread = cute.size(S_mn, mode=[0])
+    row_max = cute.make_rmem_tensor(rows_per_thread, cutlass.Float32)
+    row_sum = cute.make_rmem_tensor(rows_per_thread, cutlass.Float32)
+    row_max.fill(-cutlass.Float32.inf)
+    row_sum.fill(0.0)
+
+    # Q once, synchronously. It becomes visible to other warps at the first barrier below.
+    cute.copy(gmem_copy, tQgQ, tQsQ)
+
+    for n_block in range(n_blocks):
+        # barrier: every warp is done reading sK/sV/sP of the previous iteration before we overwrite.
+        cute.arch.sync_threads()
+        cute.copy(gmem_copy, tKgK[None, None, None, n_block], tKsK)
+        cute.copy(gmem_copy, tVgV[None, None, None, n_block], tVsV)
+        # The tensor cores read smem through the async proxy: make these generic-proxy stores
+        # visible to it, then barrier: sK, sV (and sQ on the first iteration) written by all.
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.sync_threads()
+
+        # S = Q K^T: 8 wgmmas (one per 16 of the head dim), the first overwriting the accumulator.
+        # fence: our register accesses before the async MMAs; commit + wait(0): the whole group
+        # has finished, so acc_S may be read (and sK, sV overwritten after the next barrier).
+        warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+            tiled_mma.set(warpgroup.Field.ACCUMULATE, kb != 0)
+            cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb], acc_S)
+        warpgroup.commit_group()
+        warpgroup.wait_group(0)
+
+        # Online softmax, row by row: new max, rescale O and the running sum, exponentiate S.
+        for r in cutlass.range_constexpr(rows_per_thread):
+            s_row = S_mn[r, None].load()
+            m_new = _quad_allreduce(s_row.reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0),
+                                    cute.arch.fmax)
+            m_new = cute.arch.fmax(m_new, row_max[r])
+            # exp(scale * (m_old - m_new)); the first tile has m_old = -inf, so this is 0.
+            rescale = cute.math.exp((row_max[r] - m_new) * softmax_scale)
+            p_row = cute.math.exp((s_row - m_new) * softmax_scale)
+            row_sum[r] = row_sum[r] * rescale + p_row.reduce(cute.ReductionOp.ADD, 0.0, 0)
+            row_max[r] = m_new
+            S_mn[r, None] = p_row
+            O_mn[r, None] = O_mn[r, None].load() * rescale
+
+        # P (bf16) to smem, where the P V MMA reads it back as its A operand.
+        rP = cute.make_fragment_like(acc_S, dtype)
+        rP.store(acc_S.load().to(dtype))
+        cute.copy(store_P, store_P.retile(rP), tPsP)
+        # fence: P's generic stores -> the tensor cores' async reads; barrier: all 64 rows of P
+        # written (the warpgroup's wgmma reads rows written by all 4 warps).
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.sync_threads()
+
+        # O += P V: 8 wgmmas (one per 16 keys), accumulating onto the rescaled O.
+        warpgroup.fence()
+        tiled_mma_pv.set(warpgroup.Field.ACCUMULATE, True)
+        for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
+            cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb], acc_O)
+        warpgroup.commit_group()
+        warpgroup.wait_group(0)
+
+    # Epilogue: O / rowsum, to bf16, stored straight from registers to global memory.
+    for r in cutlass.range_constexpr(rows_per_thread):
+        total = _quad_allreduce(row_sum[r], lambda a, b: a + b)
+        O_mn[r, None] = O_mn[r, None].load() * cute.arch.rcp_approx(total)
+    rO = cute.make_fragment_like(acc_O, dtype)
+    rO.store(acc_O.load().to(dtype))
+    store_O = make_fragment_store(dtype, tiled_mma_pv).get_slice(tidx)
+    cute.copy(store_O, store_O.retile(rO), store_O.partition_D(gO))
+
+
+def _quad_allreduce(value, op):
+    """Reduce across the 4 lanes that hold one accumulator row (lanes 4i..4i+3 of a warp)."""
+    value = op(value, cute.arch.shuffle_sync_bfly(value, offset=2))
+    value = op(value, cute.arch.shuffle_sync_bfly(value, offset=1))
+    return value
+
+
+def _mn_view(acc: cute.Tensor) -> cute.Tensor:
+    """View a wgmma accumulator fragment ((2, 2, N/8), MMA_M, MMA_N) as (rows, cols) of this thread.
+
+    In the value mode, the first 2 are two adjacent columns, the second 2 rows r and r+8, and N/8
+    the 8-column groups.
+    """
+    layout = cute.make_layout(acc.layout.shape)
+    v, dv = layout.shape[0], layout.stride[0]
+    mn = cute.make_layout(
+        ((v[1], layout.shape[1]), (v[0], v[2], layout.shape[2])),
+        stride=((dv[1], layout.stride[1]), (dv[0], dv[2], layout.stride[2])),
+    )
+    return cute.make_tensor(acc.iterator, cute.composition(acc.layout, mn))
+
+
+attention = contract.make_attention(INFO, host)
