@@ -35,10 +35,12 @@ def _runnable(step: Step, cap) -> str | None:
     return step.info.arch_for_capability(cap) if cap else None
 
 
-def _recorded_summary(step_id: str) -> str:
-    rows = results.latest_for(step_id)
+def _recorded_summary(step: Step) -> str:
+    if step.variant:
+        return "(variant: never recorded)"
+    rows = results.latest_for(step.id)
     parts = [f"{gpu}: {row['hmean']:.3f}" for gpu, row in rows.items() if row.get("hmean") is not None]
-    info = resolve(step_id).info
+    info = step.info
     if "sm_100a" in info.archs and "b200" not in rows:
         parts.append("b200: not yet run")
     return ", ".join(parts) or "—"
@@ -52,7 +54,7 @@ def cmd_list(args) -> int:
     for step in track_steps(args.track) if args.track else discover():
         info = step.info
         table.add_row(step.id, "/".join(step.tracks), info.change, "yes" if info.enabler else "",
-                      ", ".join(info.archs), _recorded_summary(step.id))
+                      ", ".join(info.archs), _recorded_summary(step))
     console.print(table)
     return 0
 
@@ -193,7 +195,8 @@ def _print_measured(step: Step, payload: dict) -> bool:
 def _measure(step: Step, job: str, timeout: float, sanitizer=None):
     from harness.isolate import run_job
     with console.status(f"{step.id}: {job} in a child process (timeout {timeout:.0f} s)..."):
-        return run_job(job, step.id, timeout=timeout, sanitizer=sanitizer)
+        return run_job(job, str(step.path) if step.variant else step.id, timeout=timeout,
+                       sanitizer=sanitizer)
 
 
 def cmd_run(args) -> int:
@@ -207,8 +210,10 @@ def cmd_run(args) -> int:
         code = 0
         for a in step.info.archs:
             code |= _sass_table(step, a, None)
-        console.print(f"last recorded fraction of FA4 (h-mean): {_recorded_summary(step.id)}")
+        console.print(f"last recorded fraction of FA4 (h-mean): {_recorded_summary(step)}")
         return code
+    if args.record and step.variant:
+        raise ValueError(f"{step.id} is a variant file, not a ladder step: its results are not recorded")
     res = _measure(step, "measure", args.timeout)
     console.print(f"{name}: child finished in {res.seconds:.0f} s ({res.status})")
     if res.payload and res.payload.get("numerics"):
@@ -227,8 +232,9 @@ def cmd_run(args) -> int:
 def _select(args) -> list[Step]:
     steps = track_steps(args.track) if args.track else discover()
     if args.steps:
-        wanted = [resolve(s).id for s in args.steps.split(",")]
-        steps = [s for s in steps if s.id in wanted]
+        wanted = [resolve(s) for s in args.steps.split(",")]
+        ids = {w.id for w in wanted}
+        steps = [s for s in steps if s.id in ids] + [w for w in wanted if w.variant]
     return steps
 
 
@@ -251,7 +257,7 @@ def _cpu_table(steps: list[Step]) -> int:
                 table.add_row(step.id, arch, f"{r.compile_seconds:.1f}", str(r.registers), str(r.sass.spills),
                               str(r.threads_per_cta), f"{step.info.smem_bytes / 1024:.0f}", mech,
                               "[green]holds[/green]" if not problems else f"[red]{'; '.join(problems)}[/red]",
-                              _recorded_summary(step.id))
+                              _recorded_summary(step))
                 progress.advance(task)
     console.print(table)
     console.print("No GPU here: nothing was run. Recorded h-means come from results/*.json (see their provenance).")
@@ -279,7 +285,7 @@ def cmd_table(args) -> int:
         task = progress.add_task("ladder", total=len(runnable) + (1 if args.stock else 0))
         for step in runnable:
             progress.update(task, description=f"{step.id}: compile, numerics, timing")
-            res = run_job("measure", step.id, timeout=args.timeout)
+            res = run_job("measure", str(step.path) if step.variant else step.id, timeout=args.timeout)
             progress.advance(task)
             if res.error or not res.payload:
                 failures.append(f"{step.id}: {res.error}")
@@ -310,6 +316,7 @@ def cmd_table(args) -> int:
                                                for b in stock["bench"]))
     if args.json:
         Path(args.json).write_text(json.dumps(measured, indent=1))
+    rows = {k: v for k, v in rows.items() if not any(s.variant and s.id == k for s in runnable)}
     if args.record and (rows or stock):
         results.record(Path(args.record), rows, stock)
         console.print(f"recorded {', '.join(rows) or 'stock'} into {args.record}")

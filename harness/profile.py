@@ -19,8 +19,8 @@ METRICS = {
     "gpu__time_duration.sum": "kernel time (ns)",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed": "SM throughput (% of peak)",
     "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved occupancy (% of max warps)",
-    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe (mma.sync) active %",
-    "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe (wgmma) active %",
+    # On sm_90 this counter covers both mma.sync and wgmma (a wgmma-only counter does not exist).
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe active %",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": "smem load wavefronts",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "smem load bank conflicts",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum": "smem store wavefronts",

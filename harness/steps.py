@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,10 +26,11 @@ _PATTERNS = (
 
 @dataclass(frozen=True)
 class Step:
-    id: str          # "01", "h02", "b02"
+    id: str          # "01", "h02", "b02"; for a variant file, its file stem
     number: int
     slug: str
     path: Path
+    variant: bool = False   # a step file outside the ladder (an experiment): run it, never record it
 
     @property
     def module_name(self) -> str:
@@ -41,6 +43,11 @@ class Step:
 
     @cached_property
     def module(self):
+        if self.variant:
+            spec = importlib.util.spec_from_file_location(f"ladder_variant_{self.id}", self.path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
         return importlib.import_module(self.module_name)
 
     @property
@@ -76,8 +83,22 @@ def track_steps(track: str | None = None) -> list[Step]:
     return [s for s in steps if track in s.tracks]
 
 
+def variant(path: str | Path) -> Step:
+    """A step file anywhere (say, your own change to h05): same contract, measured the same way,
+    compared with the step it names as its predecessor; its results are never recorded."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise ValueError(f"no step file {path}")
+    step = Step(id=path.stem, number=-1, slug=path.stem, path=path, variant=True)
+    info = step.info
+    return Step(id=path.stem, number=int(re.sub(r"\D", "", info.id) or 0), slug=info.slug, path=path,
+                variant=True)
+
+
 def resolve(name: str) -> Step:
-    """'01', '1', 'b01', 'h01', 's01', 'h02', 'b5' ... -> Step."""
+    """'01', '1', 'b01', 'h01', 's01', 'h02', 'b5' ... -> Step; a path ending in .py -> a variant."""
+    if name.strip().endswith(".py"):
+        return variant(name.strip())
     key = name.strip().lower()
     m = re.fullmatch(r"([shb]?)0*(\d+)", key)
     if not m:

@@ -184,7 +184,7 @@ _lock = threading.Lock()
 
 
 def compiled_for(info: StepInfo, host: Callable, arch: str, args):
-    key = (info.id, arch)
+    key = (info.id, id(host), arch)     # id(host): a variant file may reuse its step's id
     with _lock:
         if key not in _compiled:
             _compiled[key] = compile_host(host, arch, args=args)

@@ -67,3 +67,17 @@ def test_unknown_step_is_a_clean_error(capsys):
 def test_writeups_are_in_sync(capsys):
     code, out = run(capsys, "writeups", "--check")
     assert code == 0, out
+
+
+def test_a_variant_file_runs_like_a_step_but_is_never_recorded(capsys, tmp_path):
+    import shutil
+
+    from harness.steps import resolve
+    copy = tmp_path / "my_01.py"
+    shutil.copy(resolve("01").path, copy)
+    variant = resolve(str(copy))
+    assert variant.variant and variant.id == "my_01" and variant.info.id == "01"
+    code, out = run(capsys, "table", "--steps", f"01,{copy}")
+    assert code == 0 and "my_01" in out and "never recorded" in out
+    code, out = run(capsys, "run", str(copy), "--record", str(tmp_path / "x.json"))
+    assert not (tmp_path / "x.json").exists()
