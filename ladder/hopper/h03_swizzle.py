@@ -18,7 +18,9 @@ Expect (arithmetic): per CTA and K/V tile the 128 warp stores of K and V drop fr
 wavefronts, and Q's one-time stores likewise. The shared-memory pipe was no longer the bottleneck
 after h02 (~2.2 K of its cycles per 4.19 MFLOP tile, against ~560 tensor-core cycles at full rate),
 so the gain is the stores' own stall time: modest, +10-30% at the harmonic mean. The synchronous
-global loads stay the limit until TMA (h04) and pipelining (h07/h08).
+global loads stay the limit until TMA (h04) and pipelining (h07/h08). (Measured: a far larger
+gain. The writeup explains what this estimate got wrong: in a loop where nothing overlaps, the
+store stalls were on the critical path.)
 
 Evidence: ``ladder sass h03 --against h02`` (same instructions: only layouts and descriptors
 change); the host test of store wavefronts (tests/test_smem_wavefronts.py); ``ladder profile h03``

@@ -12,7 +12,9 @@ and so does the number of CTAs that each re-read the whole of K and V: at seqlen
 Expect (arithmetic): per K/V tile a CTA now does 2 x 4.19 MFLOP of MMA for the same 64 KB load,
 so the exposed load latency per FLOP halves. The loop is still serial (load, wait, compute), so
 expect most of that: +40-80% at the harmonic mean over h04. The CTA needs 128 KB of smem and 256
-threads x ~254 registers (the whole register file), so one CTA per SM.
+threads x ~200 registers, so one CTA per SM. (Measured: slower than h04, which runs two
+independent CTAs per SM that hide each other's loads; the writeup has the analysis, and this
+step is being revised.)
 
 Evidence: ``ladder sass h05 --against h04`` (the same instruction mix; 256 threads in the launch
 metadata); tests/test_hopper_steps.py (threads, rows, K/V bytes per row); results/h200.json;
