@@ -48,10 +48,11 @@ diff: install            ## make diff STEP=h03 [AGAINST=h02]
 selfcheck: install
 	$(LADDER) selfcheck
 
-sanitize: install        ## every runnable step at tiny shapes under each compute-sanitizer tool
-	$(LADDER) selfcheck --sanitize memcheck
-	$(LADDER) selfcheck --sanitize racecheck
-	$(LADDER) selfcheck --sanitize synccheck
+RECORD ?=
+sanitize: install        ## every runnable step at tiny shapes under each tool [RECORD=results/h200.json]
+	$(LADDER) selfcheck --sanitize memcheck $(if $(RECORD),--record $(RECORD),)
+	$(LADDER) selfcheck --sanitize racecheck $(if $(RECORD),--record $(RECORD),)
+	$(LADDER) selfcheck --sanitize synccheck $(if $(RECORD),--record $(RECORD),)
 
 writeups: install
 	$(LADDER) writeups

@@ -336,6 +336,7 @@ def cmd_selfcheck(args) -> int:
     steps = [s for s in discover() if _runnable(s, cap)]
     console.print(f"{name} (sm_{cap[0]}{cap[1]}): {len(steps)} runnable steps"
                   + (f", under compute-sanitizer --tool={args.sanitize}" if args.sanitize else ""))
+    passed = []
     for step in steps:
         res = _measure(step, "selfcheck", args.timeout, sanitizer=args.sanitize)
         nums = (res.payload or {}).get("numerics", [])
@@ -349,7 +350,11 @@ def cmd_selfcheck(args) -> int:
             for line in reports:
                 console.print(line, markup=False)
             return 1
+        passed.append(step.id)
     console.print("[green]all runnable steps pass[/green]")
+    if args.record:
+        results.record_selfcheck(Path(args.record), args.sanitize or "none", passed)
+        console.print(f"recorded into {args.record}")
     return 0
 
 
@@ -409,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("selfcheck", help="every runnable step at tiny shapes, each in a child with a timeout")
     s.add_argument("--sanitize", choices=("memcheck", "racecheck", "synccheck", "initcheck"))
     s.add_argument("--timeout", type=float, default=600.0)
+    s.add_argument("--record", metavar="FILE", help="note the clean run (tool, steps, provenance) in this results file")
     s.set_defaults(fn=cmd_selfcheck)
     s = sub.add_parser("profile", help="Nsight Compute counters for one step at one bench shape (GPU)")
     s.add_argument("step")

@@ -157,6 +157,18 @@ def profile_block(step_id: str) -> str:
     return "\n".join(lines) if lines else "No recorded profile yet.\n"
 
 
+def checks_block() -> str:
+    """Which steps passed `ladder selfcheck`, plain and under each compute-sanitizer tool."""
+    lines = []
+    for gpu, data in results.all_recorded().items():
+        for tool, entry in sorted(data.get("selfcheck", {}).items()):
+            p = entry["provenance"]
+            what = "selfcheck" if tool == "none" else f"compute-sanitizer {tool}"
+            lines.append(f"- {p['gpu']}, {p['date'][:10]}: {what} clean for {', '.join(entry['steps'])} "
+                         f"(`{p['command']}`)")
+    return "\n".join(lines) + "\n" if lines else "No recorded selfcheck yet.\n"
+
+
 def render(spec: str) -> str:
     kind, *args = spec.split()
     if kind == "results":
@@ -167,6 +179,8 @@ def render(spec: str) -> str:
         return table_block(*args)
     if kind == "profile":
         return profile_block(*args)
+    if kind == "checks":
+        return checks_block()
     if kind == "stock":
         return stock_block()
     raise ValueError(f"unknown generated block kind {kind!r}")

@@ -71,6 +71,16 @@ def record_profile(path: Path, payload: dict) -> dict:
     return data
 
 
+def record_selfcheck(path: Path, tool: str, steps: list[str]) -> dict:
+    """Note that ``ladder selfcheck`` (under compute-sanitizer ``tool``, or "none") passed ``steps``."""
+    from harness.provenance import collect
+    data = load(path)
+    data.setdefault("selfcheck", {})[tool] = {"steps": steps, "provenance": collect()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return data
+
+
 def all_recorded() -> dict[str, dict]:
     """GPU key -> results file contents, for every results/*.json."""
     return {p.stem: load(p) for p in sorted(RESULTS.glob("*.json"))}

@@ -38,3 +38,14 @@ def test_results_block_reflects_the_file(tmp_path, monkeypatch):
     results.record(tmp_path / "h200.json", {"01": {"provenance": prov, "numerics": [{"passed": True}], "bench": bench}})
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     assert re.search(r"0\.123", generate.results_block("01"))
+
+
+def test_checks_block_reflects_recorded_selfchecks(tmp_path, monkeypatch):
+    from harness import results
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    assert "No recorded selfcheck" in generate.checks_block()
+    monkeypatch.setattr("harness.provenance.collect", lambda command=None: {
+        "gpu": "NVIDIA H200", "date": "2026-01-01T00:00:00Z", "command": "ladder selfcheck --sanitize racecheck"})
+    results.record_selfcheck(tmp_path / "h200.json", "racecheck", ["01", "h02"])
+    block = generate.checks_block()
+    assert "compute-sanitizer racecheck clean for 01, h02" in block
