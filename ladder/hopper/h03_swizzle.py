@@ -11,8 +11,8 @@ costs 16 wavefronts where 4 would do. With the XOR swizzle the 8 chunks of a 128
 8 different bank groups, and so do the same chunk of 8 consecutive rows, so any warp-wide 512-byte
 store of two rows is spread over all 32 banks: 4 wavefronts, the minimum. P's stores need no
 swizzle: they come from the accumulator fragment, and a warp's 32 four-byte stores already fill one
-128-byte core-matrix row (1 wavefront). Swizzling P would only add XOR-ed store addresses (in
-h04, where nothing else competes, 255 registers per thread with a swizzled P against 193 without).
+128-byte core-matrix row (1 wavefront). Swizzling P would only add XOR-ed store addresses, one
+register each (compiled into h04, a swizzled P takes the kernel to the 255-register ceiling).
 
 Expect (arithmetic): per CTA and K/V tile the 128 warp stores of K and V drop from 2,048 to 512
 wavefronts, and Q's one-time stores likewise. The shared-memory pipe was no longer the bottleneck
