@@ -36,12 +36,12 @@ def _runnable(step: Step, cap) -> str | None:
 
 
 def _recorded_summary(step: Step) -> str:
-    if step.variant:
+    if step.variant and not step.experiment:
         return "(variant: never recorded)"
-    rows = results.latest_for(step.id)
+    rows = results.latest_for(step.id, section="experiments" if step.experiment else "rows")
     parts = [f"{gpu}: {row['hmean']:.3f}" for gpu, row in rows.items() if row.get("hmean") is not None]
     info = step.info
-    if "sm_100a" in info.archs and "b200" not in rows:
+    if "sm_100a" in info.archs and "b200" not in rows and not step.variant:
         parts.append("b200: not yet run")
     return ", ".join(parts) or "—"
 
@@ -195,7 +195,7 @@ def _print_measured(step: Step, payload: dict) -> bool:
 def _measure(step: Step, job: str, timeout: float, sanitizer=None):
     from harness.isolate import run_job
     with console.status(f"{step.id}: {job} in a child process (timeout {timeout:.0f} s)..."):
-        return run_job(job, str(step.path) if step.variant else step.id, timeout=timeout,
+        return run_job(job, step.spec, timeout=timeout,
                        sanitizer=sanitizer)
 
 
@@ -227,6 +227,14 @@ def cmd_run(args) -> int:
         results.record(Path(args.record), {step.id: res.payload})
         console.print(f"recorded into {args.record}")
     return 0 if ok else 1
+
+
+def _diagnostic(step: Step) -> bool:
+    """An experiment that computes wrong answers on purpose (harness/experiments.py)."""
+    if not step.experiment:
+        return False
+    from harness import experiments
+    return experiments.get(step.experiment).diagnostic
 
 
 def _select(args) -> list[Step]:
@@ -276,7 +284,7 @@ def cmd_table(args) -> int:
     from rich.progress import Progress
 
     from harness.isolate import run_job
-    rows, failures, measured = {}, [], {}
+    rows, failures, measured, experiment_rows = {}, [], {}, {}
     table = Table(title=f"attention-ladder on {name}: fraction of stock FA4 (same process)")
     for col in ("step", "change", "4k", "8k", "16k", "h-mean", "vs prev", "FA4 TFLOP/s", "numerics"):
         table.add_column(col)
@@ -285,7 +293,7 @@ def cmd_table(args) -> int:
         task = progress.add_task("ladder", total=len(runnable) + (1 if args.stock else 0))
         for step in runnable:
             progress.update(task, description=f"{step.id}: compile, numerics, timing")
-            res = run_job("measure", str(step.path) if step.variant else step.id, timeout=args.timeout)
+            res = run_job("measure", step.spec, timeout=args.timeout)
             progress.advance(task)
             if res.error or not res.payload:
                 failures.append(f"{step.id}: {res.error}")
@@ -293,26 +301,31 @@ def cmd_table(args) -> int:
                 prev = None
                 continue
             summary = results.summarize(res.payload)
-            if not summary["numerics_passed"]:
+            wrong_by_design = _diagnostic(step)
+            if not summary["numerics_passed"] and not wrong_by_design:
                 failures.append(f"{step.id}: numerics failed")
             fr, h = summary["fractions"], summary["hmean"]
             vs = f"{(h / prev - 1) * 100:+.0f}%" if prev and h else ""
             table.add_row(step.id, step.info.change, *(f"{fr.get(s, 0):.3f}" for s in ("4096", "8192", "16384")),
                           f"{h:.3f}", vs, " / ".join(f"{b['fa4_tflops']:.0f}" for b in res.payload["bench"]),
-                          "[green]pass[/green]" if summary["numerics_passed"] else "[red]FAIL[/red]")
+                          "[green]pass[/green]" if summary["numerics_passed"]
+                          else "[yellow]wrong by design[/yellow]" if wrong_by_design else "[red]FAIL[/red]")
             prev = h
             measured[step.id] = res.payload
+            if step.experiment and (summary["numerics_passed"] or wrong_by_design):
+                experiment_rows[step.experiment] = res.payload
             if summary["numerics_passed"]:
                 rows[step.id] = res.payload
         stock = None
         if args.stock:
-            progress.update(task, description="stock FA4 vs cuDNN")
+            progress.update(task, description="stock FA4 vs cuDNN and FA2")
             res = run_job("stock", "-", timeout=args.timeout)
             stock = res.payload if res.status == "ok" else None
             progress.advance(task)
     console.print(table)
     if stock:
-        console.print("context: " + ", ".join(f"{b['seqlen']}: FA4 {b['fa4_tflops']:.0f}, cuDNN {b['cudnn_tflops']:.0f} TFLOP/s"
+        console.print("context: " + ", ".join(f"{b['seqlen']}: FA4 {b['fa4_tflops']:.0f}, cuDNN {b['cudnn_tflops']:.0f}, "
+                                               f"FA2 {b['fa2_tflops']:.0f} TFLOP/s"
                                                for b in stock["bench"]))
     if args.json:
         Path(args.json).write_text(json.dumps(measured, indent=1))
@@ -320,6 +333,11 @@ def cmd_table(args) -> int:
     if args.record and (rows or stock):
         results.record(Path(args.record), rows, stock)
         console.print(f"recorded {', '.join(rows) or 'stock'} into {args.record}")
+    if args.record and experiment_rows:
+        from harness import experiments
+        for exp_name, payload in experiment_rows.items():
+            results.record_experiment(Path(args.record), experiments.get(exp_name), payload)
+        console.print(f"recorded experiments {', '.join(experiment_rows)} into {args.record}")
     if args.baseline:
         regressed = results.regressions(measured, results.load(Path(args.baseline)), args.tolerance)
         failures += [f"regression {r}" for r in regressed]
@@ -359,20 +377,24 @@ def cmd_selfcheck(args) -> int:
 
 
 def cmd_profile(args) -> int:
-    from harness.profile import METRICS, profile
+    from harness.profile import METRICS, profile, stall_reasons
     step = resolve(args.step)
     cap, name = _gpu()
     if not _runnable(step, cap):
         console.print(f"[yellow]profile needs a GPU that {step.id} targets ({', '.join(step.info.archs)}).[/yellow]")
         return 2
+    if args.record and step.variant and not step.experiment:
+        raise ValueError(f"{step.id} is a variant file, not a ladder step: its profile is not recorded")
     with console.status(f"ncu on {step.id} at seqlen {args.seqlen}..."):
-        payload = profile(step.id, args.seqlen)
+        payload = profile(step.spec, args.seqlen)
     table = Table(title=f"{step.id} at seqlen {args.seqlen} on {name} (ncu --clock-control none)")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for metric, meaning in METRICS.items():
         value = payload["metrics"].get(metric)
         table.add_row(meaning, "n/a" if value is None else f"{value:,.1f}")
+    for reason, value in stall_reasons(payload["metrics"]):
+        table.add_row(f"warps stalled on {reason} per issued instruction", f"{value:.2f}")
     console.print(table)
     if args.record:
         results.record_profile(Path(args.record), payload)
@@ -408,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--baseline", metavar="FILE", help="fail if a step's h-mean falls below this file's")
     s.add_argument("--tolerance", type=float, default=0.05)
     s.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="per step, seconds")
-    s.add_argument("--stock", action="store_true", help="also time FA4 against cuDNN (context row)")
+    s.add_argument("--stock", action="store_true", help="also time FA4 against cuDNN and FA2 (context rows)")
     s.add_argument("--json", metavar="FILE", help="write the measured rows here too")
     s.set_defaults(fn=cmd_table)
     s = sub.add_parser("selfcheck", help="every runnable step at tiny shapes, each in a child with a timeout")

@@ -3,7 +3,8 @@ compiler, never from a hand. ``ladder writeups`` refreshes them; a CPU test fail
 
     <!-- ladder:begin results 01 -->   ...generated...   <!-- ladder:end -->
 
-Kinds: ``results <step>``, ``sass <step> [<against>]``, ``table <track>``, ``stock``.
+Kinds: ``results <step>``, ``sass <step> [<against>]``, ``table <track>``, ``stock``,
+``profile <step>``, ``experiments <base step>``, ``compare <a> <b>`` (steps or exp:names), ``checks``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from harness import results
+from harness import experiments, results
 from harness.steps import ROOT, resolve, track_steps
 
 BLOCK = re.compile(r"(<!-- ladder:begin ([^>]*?) -->\n)(.*?)(<!-- ladder:end -->)", re.S)
@@ -127,16 +128,20 @@ def stock_block() -> str:
         stock = data.get("stock")
         if not stock:
             continue
+        with_fa2 = all("fa2_tflops" in b for b in stock["bench"])     # files recorded before FA2 was added lack it
         table = [[SEQ_LABEL[str(b["seqlen"])], f"{b['fa4_tflops']:.0f}", f"{b['cudnn_tflops']:.0f}",
-                  _fmt(b["cudnn_fraction"], 2)] for b in stock["bench"]]
+                  _fmt(b["cudnn_fraction"], 2),
+                  *((f"{b['fa2_tflops']:.0f}", _fmt(b["fa2_fraction"], 2)) if with_fa2 else ())]
+                 for b in stock["bench"]]
         p = stock["provenance"]
         lines.append(f"{p['gpu']}, {p['date'][:10]} (`{p['command']}`):\n")
-        lines.append(_md(table, ["seqlen", "FA4 TFLOP/s", "cuDNN TFLOP/s", "cuDNN / FA4"]) + "\n")
+        lines.append(_md(table, ["seqlen", "FA4 TFLOP/s", "cuDNN TFLOP/s", "cuDNN / FA4",
+                                 *(("FA2 TFLOP/s", "FA2 / FA4") if with_fa2 else ())]) + "\n")
     return "\n".join(lines) if lines else "No recorded results yet.\n"
 
 
 def profile_block(step_id: str) -> str:
-    from harness.profile import METRICS
+    from harness.profile import METRICS, stall_reasons
     lines = []
     for gpu, data in results.all_recorded().items():
         prof = data.get("profiles", {}).get(resolve(step_id).id)
@@ -151,10 +156,59 @@ def profile_block(step_id: str) -> str:
             if waves and conflicts is not None:
                 table.append([f"smem {'load' if op == 'ld' else 'store'} conflict share (conflicts / wavefronts)",
                               f"{conflicts / waves:.3f}"])
+        table += [[f"warps stalled on {reason} per issued instruction", f"{value:.2f}"]
+                  for reason, value in stall_reasons(metrics)]
         p = prof["provenance"]
         lines.append(_md(table, ["counter", "value"]))
         lines.append(f"\nseqlen {prof['seqlen']} (bench shape), {p['gpu']}, {p['date'][:10]}, `{p['command']}`.\n")
     return "\n".join(lines) if lines else "No recorded profile yet.\n"
+
+
+def experiments_block(base: str) -> str:
+    """The recorded what-if experiments on ``base`` (harness/experiments.py), beside the base
+    step's own recorded h-mean. Each row is its own process, so compare h-means, not TFLOP/s."""
+    base_id = resolve(base).id
+    lines = []
+    for gpu, data in results.all_recorded().items():
+        found = {n: r for n, r in data.get("experiments", {}).items() if r.get("base") == base_id}
+        if not found:
+            continue
+        base_row = data.get("rows", {}).get(base_id, {})
+        table = [[f"{base_id} (the step)", "", _fmt(base_row.get("hmean")), "",
+                  "pass" if base_row.get("numerics_passed") else "—"]]
+        for name, row in sorted(found.items()):
+            h, b = row.get("hmean"), base_row.get("hmean")
+            question = experiments.EXPERIMENTS[name].question if name in experiments.EXPERIMENTS else row["question"]
+            table.append([f"`exp:{name}`", question, _fmt(h),
+                          f"{(h / b - 1) * 100:+.0f}%" if h and b else "",
+                          "wrong by design" if row.get("diagnostic") else
+                          "pass" if row.get("numerics_passed") else "FAIL"])
+        dates = sorted({r["provenance"]["date"][:10] for r in found.values()})
+        commands = sorted({r["provenance"]["command"] for r in found.values()})
+        lines.append(_md(table, ["experiment", "what it asks", "h-mean (fraction of FA4)", f"vs {base_id}", "numerics"]))
+        lines.append(f"\n{next(iter(found.values()))['provenance']['gpu']}, {', '.join(dates)}; "
+                     f"{'; '.join(f'`{c}`' for c in commands)}. See any edit with `ladder diff {base_id} exp:<name>`.\n")
+    return "\n".join(lines) if lines else "No recorded experiments yet.\n"
+
+
+def _recorded_hmean(name: str) -> tuple[float | None, str]:
+    """(h-mean, label) of a ladder step or 'exp:<name>' experiment, from the first results file
+    that has it."""
+    step = resolve(name)
+    section = "experiments" if step.experiment else "rows"
+    for gpu, data in results.all_recorded().items():
+        row = data.get(section, {}).get(step.id)
+        if row and row.get("hmean") is not None:
+            return row["hmean"], f"`{name}`"
+    return None, f"`{name}`"
+
+
+def compare_block(a: str, b: str) -> str:
+    """One line: how two recorded h-means (steps or experiments) compare."""
+    (ha, la), (hb, lb) = _recorded_hmean(a), _recorded_hmean(b)
+    if ha is None or hb is None:
+        return f"{la} vs {lb}: not both recorded yet.\n"
+    return f"{la} {ha:.3f} vs {lb} {hb:.3f} (h-mean fractions of FA4): {(ha / hb - 1) * 100:+.0f}%.\n"
 
 
 def checks_block() -> str:
@@ -179,6 +233,10 @@ def render(spec: str) -> str:
         return table_block(*args)
     if kind == "profile":
         return profile_block(*args)
+    if kind == "compare":
+        return compare_block(*args)
+    if kind == "experiments":
+        return experiments_block(*args)
     if kind == "checks":
         return checks_block()
     if kind == "stock":

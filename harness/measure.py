@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from harness import workloads
-from harness.steps import resolve
+from harness.steps import Step, resolve
 
 
 def _numerics_row(case_name, shape, result, rows_checked) -> dict:
@@ -14,11 +14,11 @@ def _numerics_row(case_name, shape, result, rows_checked) -> dict:
             "max_error": result.max_error, "bound": result.bound, "passed": result.passed}
 
 
-def check_numerics(step_id: str, cases=workloads.NUMERICS_CASES, seed: int = 0) -> list[dict]:
+def check_numerics(step: Step, cases=workloads.NUMERICS_CASES, seed: int = 0) -> list[dict]:
+    """Takes the resolved Step, not its id: a variant's id is only its file stem."""
     import torch
 
     from reference.numerics import check_output
-    step = resolve(step_id)
     rows = []
     for i, case in enumerate(cases):
         shape = case.shape_for(step.info)
@@ -46,7 +46,7 @@ def measure_step(step_id: str, seqlens=workloads.BENCH_SEQLENS, *, numerics: boo
     torch.cuda.synchronize()
     result["first_call_seconds"] = time.perf_counter() - start
     if numerics:
-        result["numerics"] = check_numerics(step.id, seed=seed)
+        result["numerics"] = check_numerics(step, seed=seed)
     missing = fa4_available()
     if missing:
         result["error"] = missing
@@ -76,10 +76,10 @@ def measure_step(step_id: str, seqlens=workloads.BENCH_SEQLENS, *, numerics: boo
 
 
 def measure_stock(seqlens=workloads.BENCH_SEQLENS, seed: int = 99) -> dict:
-    """FA4 and cuDNN side by side: the context row of the table."""
+    """FA4, cuDNN and FA2 side by side: the context rows of the table."""
     from harness.provenance import collect
     from harness.timing import Timer
-    from reference.stock import cudnn_attention, fa4_attention
+    from reference.stock import cudnn_attention, fa2_attention, fa4_attention
 
     timer = Timer()
     rows = []
@@ -87,13 +87,16 @@ def measure_stock(seqlens=workloads.BENCH_SEQLENS, seed: int = 99) -> dict:
         shape = workloads.bench_shape(seqlen)
         q, k, v = workloads.make_qkv(shape, seed=seed + seqlen)
         ms = timer.compare({"fa4": lambda: fa4_attention(q, k, v),
-                            "cudnn": lambda: cudnn_attention(q, k, v)})
+                            "cudnn": lambda: cudnn_attention(q, k, v),
+                            "fa2": lambda: fa2_attention(q, k, v)})
         flops = workloads.attention_flops(shape)
         rows.append({"seqlen": seqlen, "fa4_tflops": flops / ms["fa4"] / 1e9,
-                     "cudnn_tflops": flops / ms["cudnn"] / 1e9, "cudnn_fraction": ms["fa4"] / ms["cudnn"]})
+                     "cudnn_tflops": flops / ms["cudnn"] / 1e9, "cudnn_fraction": ms["fa4"] / ms["cudnn"],
+                     "fa2_tflops": flops / ms["fa2"] / 1e9, "fa2_fraction": ms["fa4"] / ms["fa2"]})
     return {"provenance": collect(), "bench": rows}
 
 
 def selfcheck_step(step_id: str) -> dict:
     """Tiny shapes only: does the step run, finish and agree with the reference on this GPU?"""
-    return {"step": step_id, "numerics": check_numerics(step_id, cases=workloads.TINY_CASES)}
+    step = resolve(step_id)
+    return {"step": step.id, "numerics": check_numerics(step, cases=workloads.TINY_CASES)}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,10 @@ METRICS = {
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": "smem store bank conflicts",
     "dram__bytes_read.sum": "DRAM bytes read",
 }
+# Warp stall reasons come from ncu's WarpStateStats section: per issued instruction, how many warps
+# were stalled for each reason (the "where did the time go" of a latency-bound kernel).
+STALL_SECTION = "WarpStateStats"
+STALL_METRIC = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 
 
 def run_target(step_id: str, seqlen: int) -> None:
@@ -41,13 +46,14 @@ def run_target(step_id: str, seqlen: int) -> None:
     torch.cuda.synchronize()
 
 
-def profile(step_id: str, seqlen: int = 4096, timeout: float = 600) -> dict:
+def profile(step_spec: str, seqlen: int = 4096, timeout: float = 600) -> dict:
+    """``step_spec``: a step id, 'exp:<name>' or a variant path (Step.spec)."""
     ncu = shutil.which("ncu")
     if not ncu:
         raise RuntimeError("ncu (Nsight Compute) not found on PATH")
     cmd = [ncu, "--clock-control", "none", "--csv", "--page", "raw", "--kernel-name", "regex:kernel_cutlass_kernel",
-           "--launch-count", "1", "--metrics", ",".join(METRICS),
-           sys.executable, "-m", "harness.profile", step_id, str(seqlen)]
+           "--launch-count", "1", "--metrics", ",".join(METRICS), "--section", STALL_SECTION,
+           sys.executable, "-m", "harness.profile", step_spec, str(seqlen)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
     lines = [l for l in out.stdout.splitlines() if l.startswith('"')]
@@ -56,7 +62,7 @@ def profile(step_id: str, seqlen: int = 4096, timeout: float = 600) -> dict:
     rows = list(csv.reader(io.StringIO("\n".join(lines))))
     header, values = rows[0], rows[-1]        # rows[1] holds units
     metrics = {}
-    for name in METRICS:
+    for name in [*METRICS, *(h for h in header if STALL_METRIC.match(h))]:
         if name in header:
             raw = values[header.index(name)].replace(",", "")
             try:
@@ -64,7 +70,15 @@ def profile(step_id: str, seqlen: int = 4096, timeout: float = 600) -> dict:
             except ValueError:
                 metrics[name] = None
     from harness.provenance import collect
-    return {"step": step_id, "seqlen": seqlen, "metrics": metrics, "provenance": collect()}
+    from harness.steps import resolve
+    return {"step": resolve(step_spec).id, "seqlen": seqlen, "metrics": metrics, "provenance": collect()}
+
+
+def stall_reasons(metrics: dict, top: int = 6) -> list[tuple[str, float]]:
+    """The largest warp stall reasons (warps stalled per issued instruction), largest first."""
+    found = [(m.group(1), v) for name, v in metrics.items()
+             if (m := STALL_METRIC.match(name)) and v is not None and m.group(1) not in ("selected", "not_selected")]
+    return sorted(found, key=lambda kv: -kv[1])[:top]
 
 
 if __name__ == "__main__":

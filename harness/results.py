@@ -43,18 +43,35 @@ def load(path: Path) -> dict:
     return data
 
 
+def _with_summary(label: str, row: dict) -> dict:
+    """The row as stored: checked for provenance, traceback dropped, summary added."""
+    prov = row.get("provenance") or {}
+    missing = [k for k in ("gpu", "date", "command", "torch", "cutlass_dsl", "flash_attn_4") if not prov.get(k)]
+    if missing:
+        raise ValueError(f"row {label}: provenance lacks {', '.join(missing)}")
+    clean = {k: v for k, v in row.items() if k != "traceback"}
+    return {**clean, **summarize(clean)}
+
+
 def record(path: Path, rows: dict[str, dict], stock: dict | None = None) -> dict:
     """Merge measured rows (step id -> row) into the file; a row must carry its provenance."""
     data = load(path)
     for step_id, row in rows.items():
-        prov = row.get("provenance") or {}
-        missing = [k for k in ("gpu", "date", "command", "torch", "cutlass_dsl", "flash_attn_4") if not prov.get(k)]
-        if missing:
-            raise ValueError(f"row {step_id}: provenance lacks {', '.join(missing)}")
-        clean = {k: v for k, v in row.items() if k != "traceback"}
-        data["rows"][step_id] = {**clean, **summarize(clean)}
+        data["rows"][step_id] = _with_summary(step_id, row)
     if stock is not None:
         data["stock"] = stock
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return data
+
+
+def record_experiment(path: Path, experiment, row: dict) -> dict:
+    """File an experiment's measured row (``harness.experiments``) under "experiments", with its
+    base step and question: evidence for a writeup, never a row of the ladder."""
+    data = load(path)
+    data.setdefault("experiments", {})[experiment.name] = {
+        **_with_summary(experiment.name, row), "base": experiment.base,
+        "question": experiment.question, "diagnostic": experiment.diagnostic}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return data
@@ -86,9 +103,9 @@ def all_recorded() -> dict[str, dict]:
     return {p.stem: load(p) for p in sorted(RESULTS.glob("*.json"))}
 
 
-def latest_for(step_id: str) -> dict[str, dict]:
-    """GPU key -> this step's recorded row (with summary) on that GPU."""
-    return {gpu: data["rows"][step_id] for gpu, data in all_recorded().items() if step_id in data.get("rows", {})}
+def latest_for(step_id: str, section: str = "rows") -> dict[str, dict]:
+    """GPU key -> this step's (or, with section="experiments", this experiment's) recorded row."""
+    return {gpu: data[section][step_id] for gpu, data in all_recorded().items() if step_id in data.get(section, {})}
 
 
 def regressions(current: dict[str, dict], baseline: dict, tolerance: float) -> list[str]:

@@ -30,7 +30,16 @@ class Step:
     number: int
     slug: str
     path: Path
-    variant: bool = False   # a step file outside the ladder (an experiment): run it, never record it
+    variant: bool = False   # a step file outside the ladder: run it, never record it as a step
+    experiment: str | None = None   # the harness.experiments name this variant was built from
+
+    @property
+    def spec(self) -> str:
+        """What resolve() needs to find this step again (in a child process): its id, its
+        experiment name, or a variant's path."""
+        if self.experiment:
+            return f"exp:{self.experiment}"
+        return str(self.path) if self.variant else self.id
 
     @property
     def module_name(self) -> str:
@@ -44,7 +53,8 @@ class Step:
     @cached_property
     def module(self):
         if self.variant:
-            spec = importlib.util.spec_from_file_location(f"ladder_variant_{self.id}", self.path)
+            name = "ladder_variant_" + re.sub(r"\W", "_", self.id)
+            spec = importlib.util.spec_from_file_location(name, self.path)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             return module
@@ -83,22 +93,28 @@ def track_steps(track: str | None = None) -> list[Step]:
     return [s for s in steps if track in s.tracks]
 
 
-def variant(path: str | Path) -> Step:
+def variant(path: str | Path, experiment: str | None = None) -> Step:
     """A step file anywhere (say, your own change to h05): same contract, measured the same way,
-    compared with the step it names as its predecessor; its results are never recorded."""
+    compared with the step it names as its predecessor; never recorded as a ladder row."""
     path = Path(path).resolve()
     if not path.is_file():
         raise ValueError(f"no step file {path}")
-    step = Step(id=path.stem, number=-1, slug=path.stem, path=path, variant=True)
+    step_id = experiment or path.stem
+    step = Step(id=step_id, number=-1, slug=path.stem, path=path, variant=True)
     info = step.info
-    return Step(id=path.stem, number=int(re.sub(r"\D", "", info.id) or 0), slug=info.slug, path=path,
-                variant=True)
+    return Step(id=step_id, number=int(re.sub(r"\D", "", info.id) or 0), slug=info.slug, path=path,
+                variant=True, experiment=experiment)
 
 
 def resolve(name: str) -> Step:
-    """'01', '1', 'b01', 'h01', 's01', 'h02', 'b5' ... -> Step; a path ending in .py -> a variant."""
+    """'01', '1', 'b01', 'h01', 's01', 'h02', 'b5' ... -> Step; a path ending in .py -> a variant;
+    'exp:<name>' -> the experiment of that name (harness/experiments.py), built and loaded."""
     if name.strip().endswith(".py"):
         return variant(name.strip())
+    if name.strip().startswith("exp:"):
+        from harness import experiments
+        exp = experiments.get(name.strip())
+        return variant(experiments.materialize(exp), experiment=exp.name)
     key = name.strip().lower()
     m = re.fullmatch(r"([shb]?)0*(\d+)", key)
     if not m:

@@ -30,10 +30,20 @@ def fa4_version() -> str | None:
         return None
 
 
-def cudnn_attention(q, k, v, softmax_scale=None):
+def _sdpa(backend_name: str, q, k, v, softmax_scale=None):
+    """torch SDPA pinned to one backend, on (batch, seqlen, heads, dim) tensors."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+    with sdpa_kernel([getattr(SDPBackend, backend_name)]):
         out = torch.nn.functional.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=softmax_scale)
     return out.transpose(1, 2)
+
+
+def cudnn_attention(q, k, v, softmax_scale=None):
+    return _sdpa("CUDNN_ATTENTION", q, k, v, softmax_scale)
+
+
+def fa2_attention(q, k, v, softmax_scale=None):
+    """FlashAttention-2 as bundled in torch (SDPA's FLASH_ATTENTION backend): no wgmma, no TMA."""
+    return _sdpa("FLASH_ATTENTION", q, k, v, softmax_scale)

@@ -81,3 +81,16 @@ def test_a_variant_file_runs_like_a_step_but_is_never_recorded(capsys, tmp_path)
     assert code == 0 and "my_01" in out and "never recorded" in out
     code, out = run(capsys, "run", str(copy), "--record", str(tmp_path / "x.json"))
     assert not (tmp_path / "x.json").exists()
+
+
+def test_the_child_jobs_accept_a_variant_path(monkeypatch, tmp_path):
+    """The child resolves what the parent passes (a variant's path) and never re-resolves its id
+    (a variant's id is its file stem, which names no step)."""
+    import shutil
+
+    from harness import measure, workloads
+    from harness.steps import resolve
+    copy = tmp_path / "my_01.py"
+    shutil.copy(resolve("01").path, copy)
+    monkeypatch.setattr(workloads, "TINY_CASES", ())       # nothing to run on this CPU
+    assert measure.selfcheck_step(str(copy)) == {"step": "my_01", "numerics": []}

@@ -1,5 +1,7 @@
 """What the Hopper steps claim, proven on the CPU from layouts, PTX and launch metadata."""
 
+import re
+
 import pytest
 
 from harness.compile import compile_step
@@ -74,6 +76,9 @@ def test_h05_two_warpgroups_share_each_kv_tile():
     assert kv_bytes_per_query_row(h05.info) == kv_bytes_per_query_row(h04.info) / 2
     # The same instruction mix per thread: each warpgroup runs h04's loop on its own rows.
     assert r05.sass.mechanisms["HGMMA"] == r04.sass.mechanisms["HGMMA"]
+    # P's barrier spans one warpgroup (a named barrier of 128 threads); h04's spans the CTA.
+    named = re.compile(r"\bbar(?:rier)?\.sync(?:\.aligned)?\s+\S+,\s*128;")
+    assert named.search(r05.ptx.read_text()) and not named.search(r04.ptx.read_text())
 
 
 @pytest.mark.parametrize("step", HOPPER, ids=lambda s: s.id)

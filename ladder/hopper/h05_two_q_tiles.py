@@ -2,7 +2,8 @@
 
 Change from h04: a CTA owns 128 query rows instead of 64. Two warpgroups (256 threads) each run
 h04's loop on their own 64 rows (``wgmma`` tiled 2 x 1 along M), reading the same K and V tiles
-from shared memory. The TMA loads K_j and V_j once per CTA, for both.
+from shared memory. The TMA loads K_j and V_j once per CTA, for both. Each warpgroup's P is its
+own (64 rows), so the barrier before O += P V spans one warpgroup (a named barrier), not the CTA.
 
 Why: in h04 every 64 query rows pay for a whole 128 x 128 K tile and V tile: 64 KB of loads (and
 their latency) per 64 rows. Here those 64 KB serve 128 rows, so the K/V bytes per query row halve
@@ -12,9 +13,11 @@ and so does the number of CTAs that each re-read the whole of K and V: at seqlen
 Expect (arithmetic): per K/V tile a CTA now does 2 x 4.19 MFLOP of MMA for the same 64 KB load,
 so the exposed load latency per FLOP halves. The loop is still serial (load, wait, compute), so
 expect most of that: +40-80% at the harmonic mean over h04. The CTA needs 128 KB of smem and 256
-threads x ~200 registers, so one CTA per SM. (Measured: slower than h04, which runs two
-independent CTAs per SM that hide each other's loads; the writeup has the analysis, and this
-step is being revised.)
+threads x ~200 registers, so one CTA per SM. Measured on the H200: slower than h04. Against h04
+held to one CTA per SM the sharing pays as predicted, but h04 runs two independent CTAs per SM that
+overlap each other's load waits and softmax, while these two warpgroups meet at a CTA barrier every
+tile and run their softmax at the same time. On Hopper this step behaves as an enabler for h07-h09;
+the writeup's experiments (harness/experiments.py) show each part.
 
 Evidence: ``ladder sass h05 --against h04`` (the same instruction mix; 256 threads in the launch
 metadata); tests/test_hopper_steps.py (threads, rows, K/V bytes per row); results/h200.json;
@@ -27,7 +30,8 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 
 from ladder import contract
 
-# Tile shapes (named, not magic): one CTA = one 64-row query tile, walking K/V in 128-row tiles.
+# Tile shapes (named, not magic): one CTA = two 64-row query tiles (one per warpgroup), walking
+# K/V in 128-row tiles.
 NUM_WARPGROUPS = 2     # consumer warpgroups, each with its own 64 query rows
 WGMMA_M = 64           # rows of one wgmma.m64nNk16: one warpgroup's share
 TILE_M = NUM_WARPGROUPS * WGMMA_M    # query rows per CTA
@@ -156,6 +160,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
            tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, SharedStorage: cutlass.Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    warpgroup_idx = warp_idx // 4       # 0 or 1: which 64 query rows this thread works on
     m_block, batch, head = cute.arch.block_idx()
     dtype = mO.element_type
     n_blocks = cute.size(tma_mK.shape[0]) // TILE_N
@@ -274,10 +279,12 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         rP = cute.make_fragment_like(acc_S, dtype)
         rP.store(acc_S.load().to(dtype))
         cute.copy(store_P, store_P.retile(rP), tPsP)
-        # fence: P's generic stores -> the tensor cores' async reads; barrier: P written (each
-        # warpgroup's wgmma reads the 64 rows its own 4 warps wrote; a CTA barrier covers both).
+        # fence: P's generic stores -> the tensor cores' async reads. barrier: this warpgroup's
+        # 64 rows of P are written. A warpgroup's wgmma reads only the P rows its own 4 warps
+        # wrote, so the barrier spans one warpgroup (named barrier 1 or 2, 128 threads), not the
+        # CTA: the two warpgroups need not wait for each other here.
         cute.arch.fence_proxy("async.shared", space="cta")
-        cute.arch.sync_threads()
+        cute.arch.barrier(barrier_id=1 + warpgroup_idx, number_of_threads=128)
 
         # O += P V: 8 wgmmas (one per 16 keys), accumulating onto the rescaled O.
         warpgroup.fence()

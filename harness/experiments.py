@@ -1,0 +1,136 @@
+"""Named what-if experiments: a step file with a few exact text edits, measured like a step.
+
+A writeup that says "h05 is limited by X, not Y" needs a measurement that changes only X. An
+experiment is that measurement, written down: the base step, the question, and the edits (each
+``old`` text must occur exactly once in the base file, so an edit that no longer applies fails
+loudly instead of measuring something else). ``ladder table --steps exp:h05-loads-free`` builds it
+under build/experiments/, runs it in a child like any step, and ``--record`` files the result under
+"experiments" in the results file (never among the ladder's rows), where the writeups' generated
+``experiments`` blocks read it. ``ladder diff h05 exp:h05-loads-free`` shows the edit.
+
+A *diagnostic* experiment computes a wrong answer on purpose (say, K/V loaded once and reused):
+it bounds what a mechanism could be worth; its numerics are expected to fail and are not a failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.steps import ROOT
+
+BUILD = ROOT / "build" / "experiments"
+PREFIX = "exp:"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    base: str                                  # the step id whose file is edited
+    question: str                              # what the measurement answers
+    edits: tuple[tuple[str, str], ...]         # (old, new) exact texts, each old occurring once
+    diagnostic: bool = False                   # wrong answers by design: a bound, not a kernel
+
+
+# --- edits shared by h04 and h05 (their main loops are the same text) ---------------------------
+
+_LOAD_KV = """        if warp_idx == 0:
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(kv_full, kv_bytes)
+            cute.copy(tma_K, tKgK[None, n_block], tKsK, tma_bar_ptr=kv_full)
+            cute.copy(tma_V, tVgV[None, n_block], tVsV, tma_bar_ptr=kv_full)
+"""
+_WAIT_KV = "        cute.arch.mbarrier_wait(kv_full, n_block % 2)\n"
+
+# K/V loaded for the first tile only; every later tile reuses them (wrong answers): what the
+# kernel would reach if loads cost nothing.
+LOADS_FREE = (
+    (_LOAD_KV, _LOAD_KV.replace("if warp_idx == 0:", "if warp_idx == 0 and n_block == 0:", 1)),
+    (_WAIT_KV, "        cute.arch.mbarrier_wait(kv_full, 0)\n"),
+)
+
+# K and V complete on separate mbarriers; K_{j+1} is issued as soon as every warp's S_j wgmmas
+# are done with sK, so it lands while softmax_j and P_j V_j run (V_{j+1} still waits for the top
+# of the next iteration). One buffer each, no extra smem: a first taste of h08's pipeline.
+PREFETCH_K = (
+    ("        kv_full: cute.struct.MemRange[cutlass.Int64, 1]\n",
+     "        kv_full: cute.struct.MemRange[cutlass.Int64, 1]\n"
+     "        v_full: cute.struct.MemRange[cutlass.Int64, 1]\n"),
+    ("    kv_full = storage.kv_full.data_ptr()\n",
+     "    kv_full = storage.kv_full.data_ptr()\n    v_full = storage.v_full.data_ptr()\n"),
+    ("    kv_bytes = cute.size_in_bytes(dtype, sK_layout) + cute.size_in_bytes(dtype, sVt_layout)\n",
+     "    kv_bytes = cute.size_in_bytes(dtype, sK_layout)       # now K only\n"
+     "    v_bytes = cute.size_in_bytes(dtype, sVt_layout)\n"),
+    ("            cute.arch.mbarrier_init(kv_full, 1)\n",
+     "            cute.arch.mbarrier_init(kv_full, 1)\n            cute.arch.mbarrier_init(v_full, 1)\n"),
+    (_LOAD_KV, """        if warp_idx == 0:
+            with cute.arch.elect_one():
+                if n_block == 0:
+                    cute.arch.mbarrier_arrive_and_expect_tx(kv_full, kv_bytes)
+                cute.arch.mbarrier_arrive_and_expect_tx(v_full, v_bytes)
+            if n_block == 0:
+                cute.copy(tma_K, tKgK[None, n_block], tKsK, tma_bar_ptr=kv_full)
+            cute.copy(tma_V, tVgV[None, n_block], tVsV, tma_bar_ptr=v_full)
+"""),
+    ("        # Online softmax, row by row",
+     """        # barrier: every warp's S_j wgmmas are done with sK; then K_{j+1} may overwrite it.
+        cute.arch.sync_threads()
+        if warp_idx == 0 and n_block + 1 < n_blocks:
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(kv_full, kv_bytes)
+            cute.copy(tma_K, tKgK[None, n_block + 1], tKsK, tma_bar_ptr=kv_full)
+
+        # Online softmax, row by row"""),
+    ("        # O += P V: 8 wgmmas",
+     "        cute.arch.mbarrier_wait(v_full, n_block % 2)    # V_j landed (v_full phase j)\n"
+     "        # O += P V: 8 wgmmas"),
+)
+
+EXPERIMENTS = {e.name: e for e in (
+    Experiment("h04-one-cta-per-sm", "h04",
+               "h04 padded with 24 KB of unused smem, so one CTA fits per SM, not two",
+               (("        kv_full: cute.struct.MemRange[cutlass.Int64, 1]\n",
+                 "        kv_full: cute.struct.MemRange[cutlass.Int64, 1]\n"
+                 "        pad: cute.struct.MemRange[cutlass.Int8, 24 * 1024]   # 120 KB: 1 CTA/SM\n"),)),
+    Experiment("h04-loads-free", "h04", "h04 if K/V loads cost nothing (an upper bound)",
+               LOADS_FREE, diagnostic=True),
+    Experiment("h04-prefetch-k", "h04", "h04 with K_{j+1} issued as soon as S_j is done", PREFETCH_K),
+    Experiment("h05-cta-barrier-for-p", "h05",
+               "h05 with a CTA-wide barrier before P V (as h04 has) instead of the warpgroup's own",
+               (("        cute.arch.barrier(barrier_id=1 + warpgroup_idx, number_of_threads=128)\n",
+                 "        cute.arch.sync_threads()\n"),)),
+    Experiment("h05-loads-free", "h05", "h05 if K/V loads cost nothing (an upper bound)",
+               LOADS_FREE, diagnostic=True),
+    Experiment("h05-prefetch-k", "h05", "h05 with K_{j+1} issued as soon as S_j is done", PREFETCH_K),
+)}
+
+
+def get(name: str) -> Experiment:
+    key = name[len(PREFIX):] if name.startswith(PREFIX) else name
+    if key not in EXPERIMENTS:
+        raise ValueError(f"no experiment {key!r}; known: {', '.join(EXPERIMENTS)}")
+    return EXPERIMENTS[key]
+
+
+def apply_edits(text: str, edits, label: str = "") -> str:
+    for old, new in edits:
+        count = text.count(old)
+        if count != 1:
+            raise ValueError(f"experiment {label}: edit anchor occurs {count} times, not once: {old[:70]!r}")
+        text = text.replace(old, new)
+    return text
+
+
+def materialize(exp: Experiment) -> Path:
+    """Write the edited step file to build/experiments/<name>.py and return its path."""
+    from harness.steps import resolve
+    base = resolve(exp.base)
+    header = (f"# GENERATED by harness/experiments.py from {base.path.relative_to(ROOT)}: experiment "
+              f"{exp.name!r}{' (diagnostic: wrong answers by design)' if exp.diagnostic else ''}.\n"
+              f"# {exp.question}\n")
+    text = header + apply_edits(base.path.read_text(), exp.edits, exp.name)
+    path = BUILD / f"{exp.name.replace('-', '_')}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
