@@ -19,6 +19,7 @@ from harness.steps import ROOT, resolve, track_steps
 
 BLOCK = re.compile(r"(<!-- ladder:begin ([^>]*?) -->\n)(.*?)(<!-- ladder:end -->)", re.S)
 NOT_RUN_B200 = "compiled, not yet run on a B200"
+STALE = "changed since measured: to be re-measured"
 SEQ_LABEL = {"4096": "4k", "8192": "8k", "16384": "16k"}
 
 
@@ -40,6 +41,11 @@ def results_block(step_id: str) -> str:
     step = resolve(step_id)
     rows = results.latest_for(step.id)
     out = []
+    stale = [gpu for gpu, row in rows.items() if results.is_stale(step, row)]
+    if stale:
+        out.append(f"The kernel file {step.path.relative_to(ROOT).as_posix()} has {STALE} "
+                   f"(its recorded result measured an earlier version).")
+        rows = {gpu: row for gpu, row in rows.items() if gpu not in stale}
     if rows:
         table = []
         for gpu, row in rows.items():
@@ -95,7 +101,10 @@ def table_block(track: str) -> str:
         row = data["rows"].get(step.id)
         name = f"[{step.id}]({step.writeup.relative_to(ROOT).as_posix()})"
         change = step.info.change + (" *(enabler)*" if step.info.enabler else "")
-        if row:
+        if row and results.is_stale(step, row):
+            table.append([name, change, STALE, "", "", "", ""])
+            prev = None
+        elif row:
             fr = row.get("fractions", {})
             h = row.get("hmean")
             vs = f"{(h / prev - 1) * 100:+.0f}%" if prev and h else ""
@@ -106,7 +115,7 @@ def table_block(track: str) -> str:
             table.append([name, change, missing, "", "", "", ""])
             prev = None
     text = _md(table, ["step", "change", "4k", "8k", "16k", "h-mean", "vs prev"]) + "\n"
-    measured = [r for s in track_steps(track) if (r := data["rows"].get(s.id))]
+    measured = [r for s in track_steps(track) if (r := data["rows"].get(s.id)) and not results.is_stale(s, r)]
     if measured:
         fa4 = {}
         for r in measured:

@@ -98,6 +98,13 @@ def record_selfcheck(path: Path, tool: str, steps: list[str]) -> dict:
     return data
 
 
+def is_stale(step, row: dict) -> bool:
+    """True when ``row`` was measured on a different version of the step's file than the one
+    here now (rows recorded before hashes were kept cannot tell, and count as current)."""
+    recorded = row.get("source_sha256")
+    return bool(recorded) and recorded != step.source_sha256
+
+
 def all_recorded() -> dict[str, dict]:
     """GPU key -> results file contents, for every results/*.json."""
     return {p.stem: load(p) for p in sorted(RESULTS.glob("*.json"))}

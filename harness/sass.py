@@ -15,6 +15,7 @@ from pathlib import Path
 MECHANISMS: tuple[tuple[str, str, str], ...] = (
     ("HMMA", r"HMMA\b", "warp-level mma.sync tensor core"),
     ("HGMMA", r"HGMMA\b", "Hopper wgmma"),
+    ("HGMMA.RS", r"(?!)", "wgmma, A operand from registers"),   # counted from operands, below
     ("UTCHMMA", r"UTC\w*MMA\b", "Blackwell tcgen05.mma"),
     ("UTCBAR", r"UTCBAR\b", "tcgen05.commit to an mbarrier"),
     ("LDTM", r"LDTM\b", "tensor memory -> registers"),
@@ -41,6 +42,9 @@ MECHANISMS: tuple[tuple[str, str, str], ...] = (
 )
 # A mechanism matches its opcode with any suffixes: "HMMA" counts "HMMA.16816.F32.BF16".
 _MECH_RE = tuple((name, re.compile(pat + r"(?:\..*)?")) for name, pat, _ in MECHANISMS)
+# Mechanisms told apart by operands, not opcode: ``HGMMA.64x128x16.F32.BF16 R88, R24, gdesc[UR8]``
+# reads A from registers (R24), the smem form ``HGMMA... R24, gdesc[UR8], R24`` from a descriptor.
+_OPERAND_RE = {"HGMMA.RS": re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+HGMMA\.\S+\s+R\d+,\s*R\d+,\s*gdesc", re.M)}
 _INSTR_RE = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", re.M)
 
 
@@ -80,10 +84,12 @@ class Sass:
         return self.mechanisms.get("LDL/STL", 0) + self.local_bytes
 
 
-def mechanism_counts(opcodes: Counter) -> dict:
+def mechanism_counts(opcodes: Counter, text: str = "") -> dict:
     counts = {}
     for name, rx in _MECH_RE:
         counts[name] = sum(n for op, n in opcodes.items() if rx.fullmatch(op))
+    for name, rx in _OPERAND_RE.items():
+        counts[name] = len(rx.findall(text))
     return counts
 
 
@@ -110,7 +116,7 @@ def read_cubin(cubin: Path) -> Sass:
     opcodes = Counter(_INSTR_RE.findall(text))
     return Sass(text=text, opcodes=opcodes, target=target_arch(text), registers=field_of("REG"),
                 stack_bytes=field_of("STACK"), local_bytes=field_of("LOCAL"),
-                mechanisms=mechanism_counts(opcodes))
+                mechanisms=mechanism_counts(opcodes, text))
 
 
 # wgmma matrix descriptors (PTX): bits 62-63 hold the smem layout type the tensor cores assume.
@@ -123,8 +129,32 @@ def wgmma_descriptor_layout_types(ptx: str) -> list[int]:
     """The layout type of every smem descriptor operand of every wgmma in ``ptx``. Each descriptor
     register is built as ``or/add REG, base, IMM``; the immediate carries the layout type."""
     defs = dict(re.findall(r"(?:or\.b64|add\.s64)\s+(%rd\d+),\s*%rd\d+,\s*(\d+);", ptx))
+    # A descriptor indexed at run time (a ring stage) is rebuilt from 32-bit halves: the low half
+    # (address) changes, the high half (layout type among it) is split off a built descriptor.
+    high_of = {hi: src for hi, src in re.findall(r"mov\.b64\s+\{%r\d+,\s*(%r\d+)\},\s*(%rd\d+);", ptx)}
+    joined = dict(re.findall(r"mov\.b64\s+(%rd\d+),\s*\{%r\d+,\s*(%r\d+)\};", ptx))
+    for rd, hi in joined.items():
+        if rd not in defs and high_of.get(hi) in defs:
+            defs[rd] = defs[high_of[hi]]
     regs = [r for pair in _WGMMA_RE.findall(ptx) for r in pair] + _WGMMA_RS_RE.findall(ptx)
     missing = [r for r in regs if r not in defs]
     if missing:
         raise ValueError(f"wgmma descriptors not built from an immediate: {missing[:4]}")
     return [(int(defs[r]) >> 62) & 3 for r in regs]
+
+
+_EXPECT_TX_RE = re.compile(r"mbarrier\.arrive\.expect_tx[^;]*,\s*(%r\d+|\d+);")
+
+
+def expect_tx_bytes(ptx: str) -> list[int]:
+    """The byte count of every ``mbarrier.arrive.expect_tx`` in ``ptx``: what each arrive tells
+    the barrier to wait for. A count the TMA copies never deliver is a deadlock, visible here on a
+    CPU. Register operands are resolved through their ``mov`` of an immediate."""
+    movs = dict(re.findall(r"mov\.[bu]32\s+(%r\d+),\s*(\d+);", ptx))
+    counts = []
+    for operand in _EXPECT_TX_RE.findall(ptx):
+        value = operand if operand.isdigit() else movs.get(operand)
+        if value is None:
+            raise ValueError(f"expect_tx count {operand} is not a constant")
+        counts.append(int(value))
+    return counts

@@ -75,16 +75,20 @@ def store_costs(step) -> list[StoreCost]:
     plans = {}      # name -> (layout with swizzle, elements per thread-store, torch result tensor)
 
     has_copies = hasattr(module, "make_gmem_copy")    # from h04 on, TMA writes Q, K and V
+    found = {}                                         # facts learned while tracing
 
     def plain(layout):
         return layout.outer if hasattr(layout, "outer") else layout
 
     @cute.jit
     def element_offsets(buffer, q_out, k_out, v_out, p_out):
-        sQ_layout, sK_layout, sVt_layout, sP_layout = module.make_smem_layouts()
+        sQ_layout, sK_layout, sVt_layout, *sP_layout = module.make_smem_layouts()
+        found["has_p"] = len(sP_layout) == 1            # from h06 on, P stays in registers
         tiled_mma, _ = module.make_tiled_mmas(dtype)
-        stores = [(cute.make_tensor(buffer.iterator, plain(sP_layout)), p_out,
-                   module.make_fragment_store(dtype, tiled_mma))]
+        stores = []
+        if cutlass.const_expr(found["has_p"]):
+            stores.append((cute.make_tensor(buffer.iterator, plain(sP_layout[0])), p_out,
+                           module.make_fragment_store(dtype, tiled_mma)))
         if cutlass.const_expr(has_copies):
             copy = module.make_gmem_copy(dtype)
             # Each smem tile viewed over a buffer holding 0, 1, 2, ...: reading it yields offsets.
@@ -103,16 +107,17 @@ def store_costs(step) -> list[StoreCost]:
     outs = {name: torch.full((WARP, vec), -1, dtype=torch.int32)
             for name, vec in (("Q", 8), ("K", 8), ("V", 8), ("P", 2))}
     element_offsets(from_dlpack(buffer), *(from_dlpack(o) for o in outs.values()))
-    if not has_copies:
-        outs = {"P": outs["P"]}
+    outs = {name: out for name, out in outs.items()
+            if (name == "P" and found["has_p"]) or (name != "P" and has_copies)}
 
     layouts = {}
 
     @cute.jit
     def read_swizzles():
-        sQ, sK, sVt, sP = module.make_smem_layouts()
-        layouts.update(Q=swizzle_params(sQ), K=swizzle_params(sK), V=swizzle_params(sVt),
-                       P=swizzle_params(sP))
+        sQ, sK, sVt, *sP = module.make_smem_layouts()
+        layouts.update(Q=swizzle_params(sQ), K=swizzle_params(sK), V=swizzle_params(sVt))
+        if cutlass.const_expr(len(sP) == 1):
+            layouts.update(P=swizzle_params(sP[0]))
 
     read_swizzles()
     costs = []

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import re
@@ -59,6 +60,11 @@ class Step:
             spec.loader.exec_module(module)
             return module
         return importlib.import_module(self.module_name)
+
+    @property
+    def source_sha256(self) -> str:
+        """Hash of the step file: a recorded result names the version of the kernel it measured."""
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
 
     @property
     def info(self):

@@ -49,3 +49,21 @@ def test_checks_block_reflects_recorded_selfchecks(tmp_path, monkeypatch):
     results.record_selfcheck(tmp_path / "h200.json", "racecheck", ["01", "h02"])
     block = generate.checks_block()
     assert "compute-sanitizer racecheck clean for 01, h02" in block
+
+
+def test_a_result_measured_on_another_version_of_the_kernel_is_not_shown_as_current(tmp_path, monkeypatch):
+    from harness import results
+    from harness.steps import resolve
+    step = resolve("01")
+    prov = {"gpu": "NVIDIA H200", "date": "2026-01-01T00:00:00Z", "command": "ladder table", "torch": "t",
+            "cutlass_dsl": "4.8.1", "flash_attn_4": "f", "driver": "d"}
+    bench = [{"seqlen": s, "fraction": 0.123, "step_tflops": 1.0, "fa4_tflops": 2.0} for s in (4096, 8192, 16384)]
+    row = {"provenance": prov, "numerics": [{"passed": True}], "bench": bench, "source_sha256": "0" * 64}
+    results.record(tmp_path / "h200.json", {"01": row})
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    assert results.is_stale(step, results.load(tmp_path / "h200.json")["rows"]["01"])
+    assert generate.STALE in generate.results_block("01") and "0.123" not in generate.results_block("01")
+    assert generate.STALE in generate.table_block("hopper")
+    row["source_sha256"] = step.source_sha256
+    results.record(tmp_path / "h200.json", {"01": row})
+    assert "0.123" in generate.results_block("01") and generate.STALE not in generate.table_block("hopper")

@@ -5,7 +5,8 @@ import re
 import pytest
 
 from harness.compile import compile_step
-from harness.sass import wgmma_descriptor_layout_types
+from harness.sass import expect_tx_bytes, wgmma_descriptor_layout_types
+from harness.smem_budget import SM90_SMEM_PER_CTA, shared_storage_bytes
 from harness.smem_model import store_costs
 from harness.steps import resolve, track_steps
 
@@ -56,10 +57,14 @@ def test_h02_descriptors_are_unswizzled():
 
 @pytest.mark.parametrize("step", [s for s in HOPPER if s.number >= 3], ids=lambda s: s.id)
 def test_descriptors_use_the_128b_swizzle_for_q_k_v(step):
-    pairs = _descriptor_pairs(step.id)
-    s_gemm, pv_gemm = pairs[:8], pairs[8:]
+    types = wgmma_descriptor_layout_types(compile_step(step, "sm_90a").ptx.read_text())
+    s_gemm = list(zip(types[0:16:2], types[1:16:2]))
     assert set(s_gemm) == {(SWIZZLE_128B, SWIZZLE_128B)}      # Q and K
-    assert set(pv_gemm) == {(INTERLEAVE, SWIZZLE_128B)}       # P interleaved, V swizzled
+    if step.number < 6:
+        pv_gemm = list(zip(types[16::2], types[17::2]))
+        assert len(pv_gemm) == 8 and set(pv_gemm) == {(INTERLEAVE, SWIZZLE_128B)}   # P interleaved, V swizzled
+    else:
+        assert types[16:] == [SWIZZLE_128B] * 8               # P from registers: V's descriptor only
 
 
 @pytest.mark.skipif(not _have("h05"), reason="h05 not written yet")
@@ -81,9 +86,60 @@ def test_h05_two_warpgroups_share_each_kv_tile():
     assert named.search(r05.ptx.read_text()) and not named.search(r04.ptx.read_text())
 
 
+@pytest.mark.skipif(not _have("h06"), reason="h06 not written yet")
+def test_h06_p_stays_in_registers():
+    h05, h06 = compile_step(resolve("h05"), "sm_90a"), compile_step(resolve("h06"), "sm_90a")
+    # P V reads A from registers: the RS form of HGMMA, absent before.
+    assert h05.sass.mechanisms["HGMMA.RS"] == 0 and h06.sass.mechanisms["HGMMA.RS"] == 8
+    # No shared-memory store of P is left (h05's were its only STS).
+    assert h05.sass.mechanisms["STS"] > 0 and h06.sass.mechanisms["STS"] == 0
+    assert resolve("h06").info.smem_bytes == resolve("h05").info.smem_bytes - 2 * 128 * 128
+
+
 @pytest.mark.parametrize("step", HOPPER, ids=lambda s: s.id)
 def test_smem_budget_from_the_shared_storage(step):
     info = step.info
     m = step.module
-    tiles = m.TILE_M * m.HEAD_DIM + 2 * m.TILE_N * m.HEAD_DIM + m.TILE_M * m.TILE_N
-    assert info.smem_bytes == 2 * tiles <= 227 * 1024
+    if not hasattr(m, "make_shared_storage"):            # h02-h05: Q, K, V and P tiles
+        tiles = m.TILE_M * m.HEAD_DIM + 2 * m.TILE_N * m.HEAD_DIM + m.TILE_M * m.TILE_N
+        assert info.smem_bytes == 2 * tiles <= SM90_SMEM_PER_CTA
+        return
+    # From h06 on: the struct the kernel allocates (tiles, stages, mbarriers, alignment).
+    struct = shared_storage_bytes(step)
+    assert info.smem_bytes <= struct <= SM90_SMEM_PER_CTA
+    assert struct - info.smem_bytes <= 2048, "the metadata's smem_bytes should be the tiles"
+
+
+@pytest.mark.parametrize("step", [s for s in HOPPER if s.number >= 4], ids=lambda s: s.id)
+def test_every_expect_tx_announces_what_one_copy_delivers(step):
+    """An mbarrier armed for more bytes than its TMA copies deliver never completes (h08's first
+    version announced a whole ring of K stages and hung): each count is one Q tile, one K or V
+    tile, or one K + V pair, never more."""
+    m = step.module
+    kv_tile = 2 * m.TILE_N * m.HEAD_DIM
+    tile_bytes = {2 * m.TILE_M * m.HEAD_DIM, kv_tile, 2 * kv_tile}
+    counts = expect_tx_bytes(compile_step(step, "sm_90a").ptx.read_text())
+    assert counts and set(counts) <= tile_bytes, (sorted(set(counts)), sorted(tile_bytes))
+
+
+@pytest.mark.skipif(not _have("h07"), reason="h07 not written yet")
+def test_h07_specializes_warps_and_moves_registers():
+    r06, r07 = compile_step(resolve("h06"), "sm_90a"), compile_step(resolve("h07"), "sm_90a")
+    assert r07.threads_per_cta == 384 and r06.threads_per_cta == 256       # from the PTX .reqntid
+    assert r06.sass.mechanisms["USETMAXREG"] == 0
+    assert r07.sass.mechanisms["USETMAXREG"] >= 2                          # one per role
+    ptx = r07.ptx.read_text()
+    m = resolve("h07").module
+    assert re.search(rf"setmaxnreg\.dec\.sync\.aligned\.u32\s+{m.PRODUCER_REGISTERS};", ptx)
+    assert re.search(rf"setmaxnreg\.inc\.sync\.aligned\.u32\s+{m.CONSUMER_REGISTERS};", ptx)
+    # The per-SM register file holds the split: 1 producer + 2 consumer warpgroups.
+    assert 128 * m.PRODUCER_REGISTERS + 256 * m.CONSUMER_REGISTERS <= 65536
+
+
+@pytest.mark.skipif(not _have("h08"), reason="h08 not written yet")
+def test_h08_has_a_multi_stage_ring_within_the_smem_budget():
+    h08 = resolve("h08")
+    assert h08.info.extra["kv_stages"] == h08.module.NUM_STAGES > 1
+    struct = shared_storage_bytes(h08)
+    ring = h08.info.extra["kv_stages"] * 2 * (2 * h08.module.TILE_N * h08.module.HEAD_DIM)
+    assert ring < struct <= SM90_SMEM_PER_CTA

@@ -63,3 +63,14 @@ def test_committed_results_carry_provenance_and_pass(gpu):
             assert r["provenance"].get(key), f"{gpu}/{step_id}: no {key}"
         assert r["numerics_passed"] and len(r["bench"]) == 3
         assert results.gpu_key(r["provenance"]["gpu"]) == gpu
+
+
+def test_every_committed_row_names_the_kernel_version_it_measured():
+    """Rows recorded from now on carry the step file's hash; the committed ones must match the
+    files in the tree (or the generated tables say "changed since measured")."""
+    from harness.steps import resolve
+    for gpu, data in results.all_recorded().items():
+        for step_id, row in data.get("rows", {}).items():
+            assert row.get("source_sha256"), f"{gpu} {step_id}: no source hash"
+            assert len(row["source_sha256"]) == 64
+            resolve(step_id)          # still a step

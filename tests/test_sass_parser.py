@@ -32,3 +32,13 @@ def test_target_arch_from_either_header_style():
     assert target_arch('.headerflags @"EF_CUDA_ACCELERATORS EF_CUDA_SM90 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)"') == "sm_90a"
     assert target_arch('.headerflags @"EF_CUDA_SM90"') == "sm_90"
     assert target_arch("nothing") == "unknown"
+
+
+def test_register_a_wgmma_is_told_apart_by_its_operands():
+    text = """
+        /*0f20*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], RZ, !UPT ;
+        /*47c0*/                   HGMMA.64x128x16.F32.BF16 R88, R24, gdesc[UR8].tnspB, R88 ;
+        /*49c0*/                   HGMMA.64x128x16.F32.BF16 R88, R152, gdesc[UR20].tnspB, R88, gsb0 ;
+"""
+    m = mechanism_counts(Counter(_INSTR_RE.findall(text)), text)
+    assert m["HGMMA"] == 3 and m["HGMMA.RS"] == 2
