@@ -86,6 +86,62 @@ PREFETCH_K = (
      "        # O += P V: 8 wgmmas"),
 )
 
+# h07 with K and V on separate full/empty barriers (one buffer each, as before): the producer
+# loads K_{j+1} as soon as every consumer warp's S_j wgmmas are done with sK, i.e. during
+# softmax_j and P_j V_j, and V_{j+1} once P_j V_j is done. Load/compute overlap without a second
+# stage: what h08's ring buys, obtained another way (FA3 keeps K and V on separate barriers too).
+H07_SPLIT_KV = (
+    ("""        kv_full: cute.struct.MemRange[cutlass.Int64, 1]
+        kv_empty: cute.struct.MemRange[cutlass.Int64, 1]
+""", """        k_full: cute.struct.MemRange[cutlass.Int64, 1]
+        k_empty: cute.struct.MemRange[cutlass.Int64, 1]
+        v_full: cute.struct.MemRange[cutlass.Int64, 1]
+        v_empty: cute.struct.MemRange[cutlass.Int64, 1]
+"""),
+    ("    kv_full, kv_empty = storage.kv_full.data_ptr(), storage.kv_empty.data_ptr()\n",
+     "    k_full, k_empty = storage.k_full.data_ptr(), storage.k_empty.data_ptr()\n"
+     "    v_full, v_empty = storage.v_full.data_ptr(), storage.v_empty.data_ptr()\n"),
+    ("""            cute.arch.mbarrier_init(kv_full, 1)
+            cute.arch.mbarrier_init(kv_empty, NUM_CONSUMER_WARPS)
+""", """            cute.arch.mbarrier_init(k_full, 1)
+            cute.arch.mbarrier_init(v_full, 1)
+            cute.arch.mbarrier_init(k_empty, NUM_CONSUMER_WARPS)
+            cute.arch.mbarrier_init(v_empty, NUM_CONSUMER_WARPS)
+"""),
+    ("            kv_bytes = cute.size_in_bytes(dtype, sK_layout) + cute.size_in_bytes(dtype, sVt_layout)\n",
+     "            k_bytes = cute.size_in_bytes(dtype, sK_layout)\n"
+     "            v_bytes = cute.size_in_bytes(dtype, sVt_layout)\n"),
+    ("""                cute.arch.mbarrier_wait(kv_empty, (n_block + 1) % 2)
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_arrive_and_expect_tx(kv_full, kv_bytes)
+                cute.copy(tma_K, tKgK[None, n_block], tKsK, tma_bar_ptr=kv_full)
+                cute.copy(tma_V, tVgV[None, n_block], tVsV, tma_bar_ptr=kv_full)
+""", """                cute.arch.mbarrier_wait(k_empty, (n_block + 1) % 2)    # sK free: S_{j-1} done
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_arrive_and_expect_tx(k_full, k_bytes)
+                cute.copy(tma_K, tKgK[None, n_block], tKsK, tma_bar_ptr=k_full)
+                cute.arch.mbarrier_wait(v_empty, (n_block + 1) % 2)    # sV free: P_{j-1} V_{j-1} done
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_arrive_and_expect_tx(v_full, v_bytes)
+                cute.copy(tma_V, tVgV[None, n_block], tVsV, tma_bar_ptr=v_full)
+"""),
+    ("            cute.arch.mbarrier_wait(kv_full, n_block % 2)\n",
+     "            cute.arch.mbarrier_wait(k_full, n_block % 2)      # K_j landed (k_full phase j)\n"),
+    ("""            warpgroup.commit_group()
+            warpgroup.wait_group(0)
+
+            # Online softmax""", """            warpgroup.commit_group()
+            warpgroup.wait_group(0)
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive(k_empty)               # this warp is done with sK
+
+            # Online softmax"""),
+    ("""            # O += P V: 8 wgmmas""", """            cute.arch.mbarrier_wait(v_full, n_block % 2)      # V_j landed (v_full phase j)
+            # O += P V: 8 wgmmas"""),
+    ("                cute.arch.mbarrier_arrive(kv_empty)\n",
+     "                cute.arch.mbarrier_arrive(v_empty)\n"),
+)
+
 EXPERIMENTS = {e.name: e for e in (
     Experiment("h04-one-cta-per-sm", "h04",
                "h04 padded with 24 KB of unused smem, so one CTA fits per SM, not two",
@@ -102,6 +158,9 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("h05-loads-free", "h05", "h05 if K/V loads cost nothing (an upper bound)",
                LOADS_FREE, diagnostic=True),
     Experiment("h05-prefetch-k", "h05", "h05 with K_{j+1} issued as soon as S_j is done", PREFETCH_K),
+    Experiment("h07-split-kv", "h07",
+               "h07 with K and V on separate full/empty barriers: K_{j+1} loads during softmax_j "
+               "and P_j V_j, with one buffer each", H07_SPLIT_KV),
 )}
 
 

@@ -3,24 +3,24 @@
 Change from h06: the CTA gets a third warpgroup (384 threads). Warpgroup 0 is the *producer*: one
 of its warps issues every TMA load, and that is all it does. Warpgroups 1 and 2 are the
 *consumers*: they run h06's loop on their 64 query rows each and never issue a load. The two sides
-meet only at mbarriers: K and V each get a *full* barrier (the TMA's bytes landed: the producer's
-expect-tx arrive, completed by the TMA) and an *empty* barrier (all 8 consumer warps are done
-reading the buffer: one arrive per warp). Registers move with the roles: ``setmaxnreg`` lowers the
-producer warpgroup to 24 registers per thread and raises the consumers to 240. There is still one
-K buffer and one V buffer (h08 makes them a ring). This is an *enabler*.
+meet only at a pair of mbarriers around the one K/V buffer: *full* (the TMA's bytes of K_j and V_j
+landed: the producer's expect-tx arrive, completed by the TMA) and *empty* (all 8 consumer warps
+are done reading K_j and V_j: one arrive per warp). Registers move with the roles: ``setmaxnreg``
+lowers the producer warpgroup to 24 registers per thread and raises the consumers to 240. The
+buffer is still single, so tile j+1 cannot load before tile j is consumed (h08 makes it a ring).
+This is an *enabler*.
 
-Why: in h06 the loads are issued by the same warps that compute, after a CTA barrier that makes
-both warpgroups wait for each other. With a producer, no consumer waits at a CTA barrier: each
-waits only for the data it is about to read, and releases each buffer as soon as its own MMAs
-are done with it. Because K and V have separate barriers, K_{j+1} is already loading while the
-consumers run softmax_j and P_j V_j, and V_{j+1} while they run S_{j+1}: loads overlap compute with
-no extra smem. And setmaxnreg gives the consumers the registers h08-h13 need (a 384-thread CTA may
-otherwise use 65536 / 384 = 170 per thread).
+Why: in h06 the loads are issued by the same warps that compute, and a CTA barrier before each
+load makes the two warpgroups wait for each other at every tile. Here the handshake is explicit
+and one-directional per buffer state: consumers wait only for "full", the producer only for
+"empty", so the roles can later run at different paces (h08's ring, h09's ping-pong) without
+changing this protocol. setmaxnreg gives the consumers the registers h08-h13 need (a 384-thread
+CTA may otherwise use 65536 / 384 = 170 per thread).
 
-Expect (arithmetic): h05's experiments bound this. Loads overlapping compute was worth +8% there
-(exp:h05-prefetch-k, which still had a CTA barrier per tile) and free loads +26% (exp:h05-loads-free);
-here the CTA barrier is gone too, so expect most of that: +10-25% over h06. Still one CTA per SM
-(96 KB of smem; 128 x 24 + 256 x 240 = 64,512 of 65,536 registers).
+Expect (arithmetic): per tile the consumers still wait for a whole 64 KB load after releasing the
+previous one, as in h06; what changes is that no warp computes and issues loads, and no CTA
+barrier is taken. Roughly flat, within +-15% of h06. Still one CTA per SM (96 KB of smem;
+128 x 24 + 256 x 240 = 64,512 of 65,536 registers).
 
 Evidence: ``ladder sass h07 --against h06`` (USETMAXREG appears; 384 threads in the launch
 metadata); tests/test_hopper_steps.py; results/h200.json; writeups/hopper/07-warp-specialized.md.
@@ -97,12 +97,10 @@ def make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout):
         sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], SMEM_ALIGN]
         sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sVt_layout)], SMEM_ALIGN]
         # mbarriers. full: the TMA's bytes landed (1 arrival: the producer's expect-tx). empty: the
-        # consumers are done reading the buffer (one arrival per consumer warp). Q is loaded once.
+        # consumers are done reading K and V (one arrival per consumer warp). Q is loaded once.
         q_full: cute.struct.MemRange[cutlass.Int64, 1]
-        k_full: cute.struct.MemRange[cutlass.Int64, 1]
-        k_empty: cute.struct.MemRange[cutlass.Int64, 1]
-        v_full: cute.struct.MemRange[cutlass.Int64, 1]
-        v_empty: cute.struct.MemRange[cutlass.Int64, 1]
+        kv_full: cute.struct.MemRange[cutlass.Int64, 1]
+        kv_empty: cute.struct.MemRange[cutlass.Int64, 1]
     return SharedStorage
 
 
@@ -193,8 +191,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
     sVt = storage.sV.get_tensor(sVt_layout.outer, swizzle=sVt_layout.inner)   # (D, TILE_N): B of P V
     q_full = storage.q_full.data_ptr()
-    k_full, k_empty = storage.k_full.data_ptr(), storage.k_empty.data_ptr()
-    v_full, v_empty = storage.v_full.data_ptr(), storage.v_empty.data_ptr()
+    kv_full, kv_empty = storage.kv_full.data_ptr(), storage.kv_empty.data_ptr()
 
     # One thread initializes the mbarriers: full ones expect 1 arrival (the producer's expect-tx
     # arrive; the TMA's bytes complete the phase), empty ones one arrival per consumer warp. The
@@ -202,10 +199,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     if warp_idx == 0:
         with cute.arch.elect_one():
             cute.arch.mbarrier_init(q_full, 1)
-            cute.arch.mbarrier_init(k_full, 1)
-            cute.arch.mbarrier_init(v_full, 1)
-            cute.arch.mbarrier_init(k_empty, NUM_CONSUMER_WARPS)
-            cute.arch.mbarrier_init(v_empty, NUM_CONSUMER_WARPS)
+            cute.arch.mbarrier_init(kv_full, 1)
+            cute.arch.mbarrier_init(kv_empty, NUM_CONSUMER_WARPS)
     cute.arch.mbarrier_init_fence()
     cute.arch.sync_threads()
 
@@ -224,8 +219,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             tKsK, tKgK = tma_partition(tma_K, sK, gK)
             tVsV, tVgV = tma_partition(tma_V, sVt, gVt)
             q_bytes = cute.size_in_bytes(dtype, sQ_layout)
-            k_bytes = cute.size_in_bytes(dtype, sK_layout)
-            v_bytes = cute.size_in_bytes(dtype, sVt_layout)
+            kv_bytes = cute.size_in_bytes(dtype, sK_layout) + cute.size_in_bytes(dtype, sVt_layout)
 
             # Q once, on q_full's phase 0 (cute.copy of a TMA atom elects its own issuing thread,
             # so it sits outside elect_one; only the expect-tx arrive is inside).
@@ -233,18 +227,14 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                 cute.arch.mbarrier_arrive_and_expect_tx(q_full, q_bytes)
             cute.copy(tma_Q, tQgQ, tQsQ, tma_bar_ptr=q_full)
             for n_block in range(n_blocks):
-                # wait: sK is free, i.e. k_empty completed phase j-1 (the 8 consumer warps'
-                # arrives after their S_{j-1} wgmmas). Parity (j+1) % 2 = (j-1) % 2; for j = 0
-                # the fresh barrier's "previous phase" (parity 1) counts as complete: no wait.
-                cute.arch.mbarrier_wait(k_empty, (n_block + 1) % 2)
+                # wait: sK and sV are free, i.e. kv_empty completed phase j-1 (the 8 consumer
+                # warps' arrives after their P_{j-1} V_{j-1} wgmmas). Parity (j+1) % 2 = (j-1) % 2;
+                # for j = 0 the fresh barrier's "previous phase" (parity 1) counts as complete.
+                cute.arch.mbarrier_wait(kv_empty, (n_block + 1) % 2)
                 with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(k_full, k_bytes)
-                cute.copy(tma_K, tKgK[None, n_block], tKsK, tma_bar_ptr=k_full)
-                # wait: sV is free (v_empty phase j-1: the consumers' arrives after P_{j-1} V_{j-1}).
-                cute.arch.mbarrier_wait(v_empty, (n_block + 1) % 2)
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(v_full, v_bytes)
-                cute.copy(tma_V, tVgV[None, n_block], tVsV, tma_bar_ptr=v_full)
+                    cute.arch.mbarrier_arrive_and_expect_tx(kv_full, kv_bytes)
+                cute.copy(tma_K, tKgK[None, n_block], tKsK, tma_bar_ptr=kv_full)
+                cute.copy(tma_V, tVgV[None, n_block], tVsV, tma_bar_ptr=kv_full)
     else:
         # ---------------------------------------------------------------- consumer warpgroups
         cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)
@@ -280,23 +270,19 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         cute.arch.mbarrier_wait(q_full, 0)
 
         for n_block in range(n_blocks):
-            # wait: K_j landed (k_full phase j: the producer's expect-tx arrive for tile j and the
-            # TMA's bytes). One phase per tile, so tile j waits for parity j % 2.
-            cute.arch.mbarrier_wait(k_full, n_block % 2)
+            # wait: K_j and V_j landed (kv_full phase j: the producer's expect-tx arrive for tile j
+            # and the TMA's bytes). One phase per tile, so tile j waits for parity j % 2.
+            cute.arch.mbarrier_wait(kv_full, n_block % 2)
 
             # S = Q K^T: 8 wgmmas (one per 16 of the head dim), the first overwriting the
             # accumulator. fence: our register accesses before the async MMAs; commit + wait(0):
-            # the group has finished, so acc_S may be read and sK released.
+            # the group has finished, so acc_S may be read.
             warpgroup.fence()
             for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, kb != 0)
                 cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb], acc_S)
             warpgroup.commit_group()
             warpgroup.wait_group(0)
-            # arrive: this warp is done reading sK (k_empty phase j; the producer's wait for
-            # tile j+1 pairs with it). One lane per warp: the barrier counts warps.
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(k_empty)
 
             # Online softmax, row by row: new max, rescale O and the running sum, exponentiate S.
             for r in cutlass.range_constexpr(rows_per_thread):
@@ -315,8 +301,6 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             # P (bf16) stays in this thread's registers, already in the A-fragment layout.
             tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))
 
-            # wait: V_j landed (v_full phase j, parity j % 2: the producer's expect-tx arrive).
-            cute.arch.mbarrier_wait(v_full, n_block % 2)
             # O += P V: 8 wgmmas (one per 16 keys), accumulating onto the rescaled O. The fence
             # also orders our register writes of P and O before the async MMAs read them.
             warpgroup.fence()
@@ -325,10 +309,10 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                 cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb], acc_O)
             warpgroup.commit_group()
             warpgroup.wait_group(0)
-            # arrive: this warp is done reading sV (v_empty phase j; pairs with the producer's
-            # wait before V_{j+1}).
+            # arrive: this warp is done reading sK and sV (kv_empty phase j; the producer's wait
+            # before tile j+1 pairs with it). One lane per warp: the barrier counts warps.
             with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(v_empty)
+                cute.arch.mbarrier_arrive(kv_empty)
 
         # Epilogue: O / rowsum, to bf16, stored straight from registers to global memory.
         for r in cutlass.range_constexpr(rows_per_thread):

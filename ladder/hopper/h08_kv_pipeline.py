@@ -1,25 +1,24 @@
-"""h08 — load pipeline: K and V in a ring of 2 stages; the producer runs ahead of the consumers.
+"""h08 — load pipeline: a ring of 2 K/V stages; the producer runs a tile ahead of the consumers.
 
-Change from h07: shared memory holds NUM_STAGES = 2 K tiles and 2 V tiles. Tile j goes to stage
-j % 2, and each stage has its own full and empty mbarriers. The producer fills stage s as soon as
-the consumers have released what was in it two tiles ago, so it runs up to a whole tile ahead:
-while the consumers compute on tile j, tile j+1 is already landing in the other stage. Barrier
-phases now count *rounds* of the ring: tile j is round j // 2 of its stage, so its full barrier
-completes with parity (j // 2) % 2.
+Change from h07: shared memory holds NUM_STAGES = 2 (K, V) tile pairs. Tile j goes to stage
+j % 2, and each stage has its own full and empty mbarriers. The producer refills a stage as soon
+as the consumers have released what was in it, two tiles ago, so while the consumers compute on
+tile j, tile j+1 is already landing in the other stage. Barrier phases now count *rounds* of the
+ring: tile j is round j // 2 of its stage, so its full barrier completes with parity (j // 2) % 2.
 
-Why: with one buffer (h07) the producer cannot load K_{j+1} until both consumer warpgroups have
-finished S_j, and the two warpgroups still wait for each other through that buffer: a warpgroup
-that is ahead must wait for the slower one to release it. With two stages a load is in flight
-for a whole iteration, and one warpgroup may run up to a tile ahead of the other, so their
-softmax phases can drift apart and overlap the other's MMAs (h05's lock-step, loosened).
+Why: with one buffer (h07) the producer cannot load tile j+1 until every consumer warp has
+finished P_j V_j, so each tile's load latency sits between two tiles of compute. With two stages
+the load of tile j+1 overlaps the compute of tile j. (A warpgroup that runs ahead may also start a
+tile before the other has finished the previous one, loosening h05's lock-step a little.)
 
-Expect (arithmetic): the loads are hidden (the bound: h05-loads-free, +26% over h05) and the
-warpgroups decouple, the part of h04's advantage that h05 lost (h04's second CTA was worth
-+59%: exp:h04-one-cta-per-sm). Expect h08 clearly above h05 and above FA2's ~0.53x of FA4:
-0.55-0.65x. smem: Q 32 KB + 2 x (K 32 KB + V 32 KB) = 160 KB of the 227 KB a CTA may use.
+Expect (arithmetic): the loads hide behind compute, the bound measured in h05's experiments
+(free loads: +26% over h05) plus what h07 gained from dropping the CTA barrier. Expect h08 clearly
+above h05 and above FA2's ~0.5x of FA4 on this GPU: +15-35% over h07. smem: Q 32 KB + 2 x (K 32 KB
++ V 32 KB) = 160 KB of the 227 KB a CTA may use.
 
 Evidence: ``ladder sass h08 --against h07``; tests/test_hopper_steps.py (stages > 1, smem budget
-from the shared-storage struct); results/h200.json; writeups/hopper/08-kv-pipeline.md.
+from the shared-storage struct, expect-tx counts); results/h200.json;
+writeups/hopper/08-kv-pipeline.md.
 """
 
 import cutlass
@@ -96,14 +95,12 @@ def make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout):
         sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], SMEM_ALIGN]
         sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], SMEM_ALIGN]
         sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sVt_layout)], SMEM_ALIGN]
-        # mbarriers, one per ring stage. full: the TMA's bytes landed (1 arrival: the producer's
-        # expect-tx). empty: the consumers are done reading the stage (one arrival per consumer
-        # warp). Q is loaded once.
+        # mbarriers, one pair per ring stage. full: the TMA's bytes landed (1 arrival: the
+        # producer's expect-tx). empty: the consumers are done reading the stage's K and V (one
+        # arrival per consumer warp). Q is loaded once.
         q_full: cute.struct.MemRange[cutlass.Int64, 1]
-        k_full: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
-        k_empty: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
-        v_full: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
-        v_empty: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
+        kv_full: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
+        kv_empty: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
     return SharedStorage
 
 
@@ -195,9 +192,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
     sVt = storage.sV.get_tensor(sVt_layout.outer, swizzle=sVt_layout.inner)   # (D, TILE_N, stage): B of P V
     q_full = storage.q_full.data_ptr()
-    # Stage s's barrier is base + s.
-    k_full, k_empty = storage.k_full.data_ptr(), storage.k_empty.data_ptr()
-    v_full, v_empty = storage.v_full.data_ptr(), storage.v_empty.data_ptr()
+    kv_full, kv_empty = storage.kv_full.data_ptr(), storage.kv_empty.data_ptr()   # stage s: base + s
 
     # One thread initializes the mbarriers: full ones expect 1 arrival (the producer's expect-tx
     # arrive; the TMA's bytes complete the phase), empty ones one arrival per consumer warp. The
@@ -206,10 +201,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         with cute.arch.elect_one():
             cute.arch.mbarrier_init(q_full, 1)
             for stage in cutlass.range_constexpr(NUM_STAGES):
-                cute.arch.mbarrier_init(k_full + stage, 1)
-                cute.arch.mbarrier_init(v_full + stage, 1)
-                cute.arch.mbarrier_init(k_empty + stage, NUM_CONSUMER_WARPS)
-                cute.arch.mbarrier_init(v_empty + stage, NUM_CONSUMER_WARPS)
+                cute.arch.mbarrier_init(kv_full + stage, 1)
+                cute.arch.mbarrier_init(kv_empty + stage, NUM_CONSUMER_WARPS)
     cute.arch.mbarrier_init_fence()
     cute.arch.sync_threads()
 
@@ -228,9 +221,9 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             tKsK, tKgK = tma_partition(tma_K, sK, gK)
             tVsV, tVgV = tma_partition(tma_V, sVt, gVt)
             q_bytes = cute.size_in_bytes(dtype, sQ_layout)
-            # expect-tx counts one stage's bytes: what one K (or V) copy delivers.
-            k_bytes = cute.size_in_bytes(dtype, cute.select(sK_layout, mode=[0, 1]))
-            v_bytes = cute.size_in_bytes(dtype, cute.select(sVt_layout, mode=[0, 1]))
+            # expect-tx counts one stage's bytes: what one K copy plus one V copy deliver.
+            kv_bytes = (cute.size_in_bytes(dtype, cute.select(sK_layout, mode=[0, 1]))
+                        + cute.size_in_bytes(dtype, cute.select(sVt_layout, mode=[0, 1])))
 
             # Q once, on q_full's phase 0 (cute.copy of a TMA atom elects its own issuing thread,
             # so it sits outside elect_one; only the expect-tx arrive is inside).
@@ -238,23 +231,18 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                 cute.arch.mbarrier_arrive_and_expect_tx(q_full, q_bytes)
             cute.copy(tma_Q, tQgQ, tQsQ, tma_bar_ptr=q_full)
             for n_block in range(n_blocks):
-                # Tile j goes to stage j % NUM_STAGES, in round j // NUM_STAGES of that stage.
+                # Tile j goes to stage s = j % NUM_STAGES, in round j // NUM_STAGES of that stage.
                 stage = n_block % NUM_STAGES
                 round_parity = (n_block // NUM_STAGES) % 2
-                # wait: stage s of sK is free, i.e. k_empty[s] completed the previous round (the 8
-                # consumer warps' arrives after their S wgmmas on tile j - NUM_STAGES): parity
+                # wait: stage s is free, i.e. kv_empty[s] completed the previous round (the 8
+                # consumer warps' arrives after P V on tile j - NUM_STAGES): parity
                 # round_parity ^ 1. In round 0 the fresh barrier's "previous phase" (parity 1)
                 # counts as complete, so the producer fills every stage without waiting.
-                cute.arch.mbarrier_wait(k_empty + stage, round_parity ^ 1)
+                cute.arch.mbarrier_wait(kv_empty + stage, round_parity ^ 1)
                 with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(k_full + stage, k_bytes)
-                cute.copy(tma_K, tKgK[None, n_block], tKsK[None, stage], tma_bar_ptr=k_full + stage)
-                # wait: stage s of sV is free (v_empty[s], previous round: the consumers' arrives
-                # after P V on tile j - NUM_STAGES).
-                cute.arch.mbarrier_wait(v_empty + stage, round_parity ^ 1)
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(v_full + stage, v_bytes)
-                cute.copy(tma_V, tVgV[None, n_block], tVsV[None, stage], tma_bar_ptr=v_full + stage)
+                    cute.arch.mbarrier_arrive_and_expect_tx(kv_full + stage, kv_bytes)
+                cute.copy(tma_K, tKgK[None, n_block], tKsK[None, stage], tma_bar_ptr=kv_full + stage)
+                cute.copy(tma_V, tVgV[None, n_block], tVsV[None, stage], tma_bar_ptr=kv_full + stage)
     else:
         # ---------------------------------------------------------------- consumer warpgroups
         cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)
@@ -292,23 +280,19 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         for n_block in range(n_blocks):
             stage = n_block % NUM_STAGES
             round_parity = (n_block // NUM_STAGES) % 2
-            # wait: K_j landed in stage s (k_full[s] completes once per round: the producer's
-            # expect-tx arrive for tile j plus the TMA's bytes), so parity round_parity.
-            cute.arch.mbarrier_wait(k_full + stage, round_parity)
+            # wait: K_j and V_j landed in stage s (kv_full[s] completes once per round: the
+            # producer's expect-tx arrive for tile j plus the TMA's bytes): parity round_parity.
+            cute.arch.mbarrier_wait(kv_full + stage, round_parity)
 
             # S = Q K^T: 8 wgmmas (one per 16 of the head dim), the first overwriting the
             # accumulator. fence: our register accesses before the async MMAs; commit + wait(0):
-            # the group has finished, so acc_S may be read and sK released.
+            # the group has finished, so acc_S may be read.
             warpgroup.fence()
             for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, kb != 0)
                 cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb, stage], acc_S)
             warpgroup.commit_group()
             warpgroup.wait_group(0)
-            # arrive: this warp is done reading stage s of sK (k_empty[s], this round; the
-            # producer's wait before tile j + NUM_STAGES pairs with it). One lane per warp.
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(k_empty + stage)
 
             # Online softmax, row by row: new max, rescale O and the running sum, exponentiate S.
             for r in cutlass.range_constexpr(rows_per_thread):
@@ -327,8 +311,6 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             # P (bf16) stays in this thread's registers, already in the A-fragment layout.
             tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))
 
-            # wait: V_j landed in stage s (v_full[s], this round: parity round_parity).
-            cute.arch.mbarrier_wait(v_full + stage, round_parity)
             # O += P V: 8 wgmmas (one per 16 keys), accumulating onto the rescaled O. The fence
             # also orders our register writes of P and O before the async MMAs read them.
             warpgroup.fence()
@@ -337,10 +319,10 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                 cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, stage], acc_O)
             warpgroup.commit_group()
             warpgroup.wait_group(0)
-            # arrive: this warp is done reading stage s of sV (v_empty[s], this round; pairs with
-            # the producer's wait before V_{j + NUM_STAGES}).
+            # arrive: this warp is done reading stage s (kv_empty[s], this round; the producer's
+            # wait before tile j + NUM_STAGES pairs with it). One lane per warp: it counts warps.
             with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(v_empty + stage)
+                cute.arch.mbarrier_arrive(kv_empty + stage)
 
         # Epilogue: O / rowsum, to bf16, stored straight from registers to global memory.
         for r in cutlass.range_constexpr(rows_per_thread):
