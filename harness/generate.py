@@ -183,6 +183,8 @@ def experiments_block(base: str) -> str:
         if not found:
             continue
         base_row = data.get("rows", {}).get(base_id, {})
+        if base_row and results.is_stale(resolve(base_id), base_row):
+            base_row = {}                    # measured on an earlier version of the base step
         table = [[f"{base_id} (the step)", "", _fmt(base_row.get("hmean")), "",
                   "pass" if base_row.get("numerics_passed") else "—"]]
         for name, row in sorted(found.items()):
@@ -205,11 +207,14 @@ def _recorded_hmean(name: str) -> tuple[float | None, str]:
     that has it."""
     step = resolve(name)
     section = "experiments" if step.experiment else "rows"
+    stale = False
     for gpu, data in results.all_recorded().items():
         row = data.get(section, {}).get(step.id)
-        if row and row.get("hmean") is not None:
+        if row and results.is_stale(step, row):
+            stale = True
+        elif row and row.get("hmean") is not None:
             return row["hmean"], f"`{name}`"
-    return None, f"`{name}`"
+    return None, f"`{name}`" + (" (changed since measured)" if stale else "")
 
 
 def compare_block(a: str, b: str) -> str:

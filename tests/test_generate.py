@@ -67,3 +67,18 @@ def test_a_result_measured_on_another_version_of_the_kernel_is_not_shown_as_curr
     row["source_sha256"] = step.source_sha256
     results.record(tmp_path / "h200.json", {"01": row})
     assert "0.123" in generate.results_block("01") and generate.STALE not in generate.table_block("hopper")
+
+
+def test_compare_blocks_do_not_quote_a_stale_row(tmp_path, monkeypatch):
+    from harness import results
+    from harness.steps import resolve
+    prov = {"gpu": "NVIDIA H200", "date": "2026-01-01T00:00:00Z", "command": "ladder table", "torch": "t",
+            "cutlass_dsl": "4.8.1", "flash_attn_4": "f", "driver": "d"}
+    bench = [{"seqlen": s, "fraction": 0.5, "step_tflops": 1.0, "fa4_tflops": 2.0} for s in (4096, 8192, 16384)]
+    current = {"provenance": prov, "numerics": [{"passed": True}], "bench": bench,
+               "source_sha256": resolve("01").source_sha256}
+    stale = dict(current, source_sha256="0" * 64)
+    results.record(tmp_path / "h200.json", {"01": current, "h02": stale})
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    block = generate.compare_block("h02", "01")
+    assert "not both recorded" in block and "changed since measured" in block
