@@ -111,22 +111,22 @@ H07_SPLIT_KV = (
     ("            kv_bytes = cute.size_in_bytes(dtype, sK_layout) + cute.size_in_bytes(dtype, sVt_layout)\n",
      "            k_bytes = cute.size_in_bytes(dtype, sK_layout)\n"
      "            v_bytes = cute.size_in_bytes(dtype, sVt_layout)\n"),
-    ("""                cute.arch.mbarrier_wait(kv_empty, (n_block + 1) % 2)
+    ("""                cute.arch.mbarrier_wait(kv_empty, parity ^ 1)
                 with cute.arch.elect_one():
                     cute.arch.mbarrier_arrive_and_expect_tx(kv_full, kv_bytes)
                 cute.copy(tma_K, tKgK[None, n_block], tKsK, tma_bar_ptr=kv_full)
                 cute.copy(tma_V, tVgV[None, n_block], tVsV, tma_bar_ptr=kv_full)
-""", """                cute.arch.mbarrier_wait(k_empty, (n_block + 1) % 2)    # sK free: S_{j-1} done
+""", """                cute.arch.mbarrier_wait(k_empty, parity ^ 1)    # sK free: S_{j-1} done
                 with cute.arch.elect_one():
                     cute.arch.mbarrier_arrive_and_expect_tx(k_full, k_bytes)
                 cute.copy(tma_K, tKgK[None, n_block], tKsK, tma_bar_ptr=k_full)
-                cute.arch.mbarrier_wait(v_empty, (n_block + 1) % 2)    # sV free: P_{j-1} V_{j-1} done
+                cute.arch.mbarrier_wait(v_empty, parity ^ 1)    # sV free: P_{j-1} V_{j-1} done
                 with cute.arch.elect_one():
                     cute.arch.mbarrier_arrive_and_expect_tx(v_full, v_bytes)
                 cute.copy(tma_V, tVgV[None, n_block], tVsV, tma_bar_ptr=v_full)
 """),
-    ("            cute.arch.mbarrier_wait(kv_full, n_block % 2)\n",
-     "            cute.arch.mbarrier_wait(k_full, n_block % 2)      # K_j landed (k_full phase j)\n"),
+    ("            cute.arch.mbarrier_wait(kv_full, parity)\n",
+     "            cute.arch.mbarrier_wait(k_full, parity)      # K_j landed (k_full phase j)\n"),
     ("""            warpgroup.commit_group()
             warpgroup.wait_group(0)
 
@@ -136,7 +136,7 @@ H07_SPLIT_KV = (
                 cute.arch.mbarrier_arrive(k_empty)               # this warp is done with sK
 
             # Online softmax"""),
-    ("""            # O += P V: 8 wgmmas""", """            cute.arch.mbarrier_wait(v_full, n_block % 2)      # V_j landed (v_full phase j)
+    ("""            # O += P V: 8 wgmmas""", """            cute.arch.mbarrier_wait(v_full, parity)      # V_j landed (v_full phase j)
             # O += P V: 8 wgmmas"""),
     ("                cute.arch.mbarrier_arrive(kv_empty)\n",
      "                cute.arch.mbarrier_arrive(v_empty)\n"),

@@ -71,3 +71,23 @@ def test_writeup_exists_with_generated_blocks(step):
     text = step.writeup.read_text()
     assert f"<!-- ladder:begin results {step.id} -->" in text
     assert f"<!-- ladder:begin sass {step.id}" in text
+
+
+@pytest.mark.parametrize("step", STEPS, ids=lambda s: s.id)
+def test_every_barrier_wait_names_its_arrive_and_phase(step):
+    """The comment right above each mbarrier wait says what it waits for, which arrive it pairs
+    with and which phase (parity) it expects: the first thing to read when a kernel hangs."""
+    lines = step.path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if "mbarrier_wait(" not in line or line.lstrip().startswith("#"):
+            continue
+        above, k = [], i - 1
+        while k >= 0 and (lines[k].lstrip().startswith("#") or " = " in lines[k] and not above):
+            if lines[k].lstrip().startswith("#"):
+                above.append(lines[k].lower())
+            k -= 1
+        text = " ".join(above)
+        where = f"{step.path.name}:{i + 1}"
+        assert "wait" in text, f"{where}: no 'wait:' comment above the mbarrier wait"
+        assert "parity" in text or "phase" in text, f"{where}: the comment does not name the phase/parity"
+        assert "arrive" in text or "expect-tx" in text, f"{where}: the comment does not name the arrive it pairs with"

@@ -117,6 +117,14 @@ def make_tma_loads(mQ, mK, mV, sQ_layout, sK_layout, sVt_layout):
             cpasync.make_tiled_tma_atom(load, vt, sVt_layout, (HEAD_DIM, TILE_N)))
 
 
+def ring_position(n_block):
+    """(stage, parity) of K/V tile j. One buffer: every tile uses stage 0, and kv_full completes
+    one phase per tile, so tile j is phase j, waited on with parity j % 2. The producer waits for
+    the *previous* phase of kv_empty: the other parity. (tests/test_pipeline_protocol.py replays
+    this bookkeeping against a model of the mbarriers.)"""
+    return 0, n_block % 2
+
+
 def make_tiled_mmas(dtype):
     """(for S = Q K^T, for O += P V). Tensor cores: one wgmma.m64n128k16 atom per warpgroup, two
     warpgroups stacked along M. S: both operands from smem (SS), A (Q) and B (K) K-major.
@@ -227,10 +235,11 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                 cute.arch.mbarrier_arrive_and_expect_tx(q_full, q_bytes)
             cute.copy(tma_Q, tQgQ, tQsQ, tma_bar_ptr=q_full)
             for n_block in range(n_blocks):
+                _, parity = ring_position(n_block)
                 # wait: sK and sV are free, i.e. kv_empty completed phase j-1 (the 8 consumer
-                # warps' arrives after their P_{j-1} V_{j-1} wgmmas). Parity (j+1) % 2 = (j-1) % 2;
-                # for j = 0 the fresh barrier's "previous phase" (parity 1) counts as complete.
-                cute.arch.mbarrier_wait(kv_empty, (n_block + 1) % 2)
+                # warps' arrives after their P_{j-1} V_{j-1} wgmmas): parity (j-1) % 2 = parity ^ 1.
+                # For j = 0 the fresh barrier's "previous phase" (parity 1) counts as complete.
+                cute.arch.mbarrier_wait(kv_empty, parity ^ 1)
                 with cute.arch.elect_one():
                     cute.arch.mbarrier_arrive_and_expect_tx(kv_full, kv_bytes)
                 cute.copy(tma_K, tKgK[None, n_block], tKsK, tma_bar_ptr=kv_full)
@@ -270,9 +279,10 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         cute.arch.mbarrier_wait(q_full, 0)
 
         for n_block in range(n_blocks):
+            _, parity = ring_position(n_block)
             # wait: K_j and V_j landed (kv_full phase j: the producer's expect-tx arrive for tile j
             # and the TMA's bytes). One phase per tile, so tile j waits for parity j % 2.
-            cute.arch.mbarrier_wait(kv_full, n_block % 2)
+            cute.arch.mbarrier_wait(kv_full, parity)
 
             # S = Q K^T: 8 wgmmas (one per 16 of the head dim), the first overwriting the
             # accumulator. fence: our register accesses before the async MMAs; commit + wait(0):

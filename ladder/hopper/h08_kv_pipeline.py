@@ -118,6 +118,15 @@ def make_tma_loads(mQ, mK, mV, sQ_layout, sK_layout, sVt_layout):
             cpasync.make_tiled_tma_atom(load, vt, cute.select(sVt_layout, mode=[0, 1]), (HEAD_DIM, TILE_N)))
 
 
+def ring_position(n_block):
+    """(stage, parity) of K/V tile j. Tile j goes to stage j % NUM_STAGES, in round
+    j // NUM_STAGES of that stage; a stage's kv_full completes one phase per round, so tile j waits
+    with the round's parity. The producer waits for the *previous* round of kv_empty: the other
+    parity. (tests/test_pipeline_protocol.py replays this bookkeeping against a model of the
+    mbarriers.)"""
+    return n_block % NUM_STAGES, (n_block // NUM_STAGES) % 2
+
+
 def make_tiled_mmas(dtype):
     """(for S = Q K^T, for O += P V). Tensor cores: one wgmma.m64n128k16 atom per warpgroup, two
     warpgroups stacked along M. S: both operands from smem (SS), A (Q) and B (K) K-major.
@@ -232,13 +241,12 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             cute.copy(tma_Q, tQgQ, tQsQ, tma_bar_ptr=q_full)
             for n_block in range(n_blocks):
                 # Tile j goes to stage s = j % NUM_STAGES, in round j // NUM_STAGES of that stage.
-                stage = n_block % NUM_STAGES
-                round_parity = (n_block // NUM_STAGES) % 2
+                stage, parity = ring_position(n_block)
                 # wait: stage s is free, i.e. kv_empty[s] completed the previous round (the 8
-                # consumer warps' arrives after P V on tile j - NUM_STAGES): parity
-                # round_parity ^ 1. In round 0 the fresh barrier's "previous phase" (parity 1)
-                # counts as complete, so the producer fills every stage without waiting.
-                cute.arch.mbarrier_wait(kv_empty + stage, round_parity ^ 1)
+                # consumer warps' arrives after P V on tile j - NUM_STAGES): parity ^ 1. In round
+                # 0 the fresh barrier's "previous phase" (parity 1) counts as complete, so the
+                # producer fills every stage without waiting.
+                cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
                 with cute.arch.elect_one():
                     cute.arch.mbarrier_arrive_and_expect_tx(kv_full + stage, kv_bytes)
                 cute.copy(tma_K, tKgK[None, n_block], tKsK[None, stage], tma_bar_ptr=kv_full + stage)
@@ -278,11 +286,10 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         cute.arch.mbarrier_wait(q_full, 0)
 
         for n_block in range(n_blocks):
-            stage = n_block % NUM_STAGES
-            round_parity = (n_block // NUM_STAGES) % 2
+            stage, parity = ring_position(n_block)
             # wait: K_j and V_j landed in stage s (kv_full[s] completes once per round: the
-            # producer's expect-tx arrive for tile j plus the TMA's bytes): parity round_parity.
-            cute.arch.mbarrier_wait(kv_full + stage, round_parity)
+            # producer's expect-tx arrive for tile j plus the TMA's bytes): the round's parity.
+            cute.arch.mbarrier_wait(kv_full + stage, parity)
 
             # S = Q K^T: 8 wgmmas (one per 16 of the head dim), the first overwriting the
             # accumulator. fence: our register accesses before the async MMAs; commit + wait(0):
