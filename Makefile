@@ -49,10 +49,10 @@ selfcheck: install
 	$(LADDER) selfcheck
 
 RECORD ?=
-sanitize: install        ## every runnable step at tiny shapes under each tool [RECORD=results/h200.json]
-	$(LADDER) selfcheck --sanitize memcheck $(if $(RECORD),--record $(RECORD),)
-	$(LADDER) selfcheck --sanitize racecheck $(if $(RECORD),--record $(RECORD),)
-	$(LADDER) selfcheck --sanitize synccheck $(if $(RECORD),--record $(RECORD),)
+sanitize: install        ## runnable steps at tiny shapes under each tool [RECORD=results/h200.json] [STEPS=h06,h07]
+	$(LADDER) selfcheck --sanitize memcheck $(if $(STEPS),--steps $(STEPS),) $(if $(RECORD),--record $(RECORD),)
+	$(LADDER) selfcheck --sanitize racecheck $(if $(STEPS),--steps $(STEPS),) $(if $(RECORD),--record $(RECORD),)
+	$(LADDER) selfcheck --sanitize synccheck $(if $(STEPS),--steps $(STEPS),) $(if $(RECORD),--record $(RECORD),)
 
 writeups: install
 	$(LADDER) writeups

@@ -239,7 +239,8 @@ def _diagnostic(step: Step) -> bool:
 
 
 def _select(args) -> list[Step]:
-    steps = track_steps(args.track) if args.track else discover()
+    track = getattr(args, "track", None)
+    steps = track_steps(track) if track else discover()
     if args.steps:
         wanted = [resolve(s) for s in args.steps.split(",")]
         ids = {w.id for w in wanted}
@@ -315,8 +316,10 @@ def cmd_table(args) -> int:
             measured[step.id] = res.payload
             if step.experiment and (summary["numerics_passed"] or wrong_by_design):
                 experiment_rows[step.experiment] = res.payload
-            if summary["numerics_passed"]:
+            if summary["numerics_passed"] and not step.variant:
                 rows[step.id] = res.payload
+                if args.record:           # as each row is measured: a long run cut short keeps them
+                    results.record(Path(args.record), {step.id: res.payload})
         stock = None
         if args.stock:
             progress.update(task, description="stock FA4 vs cuDNN and FA2")
@@ -330,9 +333,9 @@ def cmd_table(args) -> int:
                                                for b in stock["bench"]))
     if args.json:
         Path(args.json).write_text(json.dumps(measured, indent=1))
-    rows = {k: v for k, v in rows.items() if not any(s.variant and s.id == k for s in runnable)}
+    if args.record and stock:
+        results.record(Path(args.record), {}, stock)
     if args.record and (rows or stock):
-        results.record(Path(args.record), rows, stock)
         console.print(f"recorded {', '.join(rows) or 'stock'} into {args.record}")
     if args.record and experiment_rows:
         from harness import experiments
@@ -352,7 +355,7 @@ def cmd_selfcheck(args) -> int:
     if cap is None:
         console.print("[yellow]selfcheck needs a CUDA GPU; none here. On a CPU, `ladder table` compiles every step.[/yellow]")
         return 2
-    steps = [s for s in discover() if _runnable(s, cap)]
+    steps = [s for s in (_select(args) if args.steps else discover()) if _runnable(s, cap) and not s.variant]
     console.print(f"{name} (sm_{cap[0]}{cap[1]}): {len(steps)} runnable steps"
                   + (f", under compute-sanitizer --tool={args.sanitize}" if args.sanitize else ""))
     passed = []
@@ -369,7 +372,7 @@ def cmd_selfcheck(args) -> int:
             for line in reports:
                 console.print(line, markup=False)
             return 1
-        passed.append(step.id)
+        passed.append(step)
     console.print("[green]all runnable steps pass[/green]")
     if args.record:
         results.record_selfcheck(Path(args.record), args.sanitize or "none", passed)
@@ -435,6 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", metavar="FILE", help="write the measured rows here too")
     s.set_defaults(fn=cmd_table)
     s = sub.add_parser("selfcheck", help="every runnable step at tiny shapes, each in a child with a timeout")
+    s.add_argument("--steps", help="comma-separated step ids (default: every runnable step)")
     s.add_argument("--sanitize", choices=("memcheck", "racecheck", "synccheck", "initcheck"))
     s.add_argument("--timeout", type=float, default=600.0)
     s.add_argument("--record", metavar="FILE", help="note the clean run (tool, steps, provenance) in this results file")

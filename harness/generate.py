@@ -153,8 +153,12 @@ def profile_block(step_id: str) -> str:
     from harness.profile import METRICS, stall_reasons
     lines = []
     for gpu, data in results.all_recorded().items():
-        prof = data.get("profiles", {}).get(resolve(step_id).id)
+        step = resolve(step_id)
+        prof = data.get("profiles", {}).get(step.id)
         if not prof:
+            continue
+        if results.is_stale(step, prof):
+            lines.append(f"The recorded profile of {step.id} is of an earlier version of its code: to be re-profiled.\n")
             continue
         metrics = prof["metrics"]
         table = [[meaning, "n/a" if metrics.get(m) is None else f"{metrics[m]:,.1f}"]
@@ -179,7 +183,8 @@ def experiments_block(base: str) -> str:
     base_id = resolve(base).id
     lines = []
     for gpu, data in results.all_recorded().items():
-        found = {n: r for n, r in data.get("experiments", {}).items() if r.get("base") == base_id}
+        found = {n: r for n, r in data.get("experiments", {}).items() if r.get("base") == base_id
+                 and not (n in experiments.EXPERIMENTS and results.is_stale(resolve(f"exp:{n}"), r))}
         if not found:
             continue
         base_row = data.get("rows", {}).get(base_id, {})
@@ -230,10 +235,18 @@ def checks_block() -> str:
     lines = []
     for gpu, data in results.all_recorded().items():
         for tool, entry in sorted(data.get("selfcheck", {}).items()):
-            p = entry["provenance"]
             what = "selfcheck" if tool == "none" else f"compute-sanitizer {tool}"
-            lines.append(f"- {p['gpu']}, {p['date'][:10]}: {what} clean for {', '.join(entry['steps'])} "
-                         f"(`{p['command']}`)")
+            current = {s: e for s, e in entry.items() if not results.is_stale(resolve(s), e)}
+            by_run = {}
+            for step_id, e in current.items():
+                p = e["provenance"]
+                by_run.setdefault((p["gpu"], p["date"][:10], p["command"]), []).append(step_id)
+            for (gpu_name, date, command), ids in sorted(by_run.items(), key=lambda kv: kv[0][1]):
+                ids = [s.id for s in track_steps() if s.id in ids]
+                lines.append(f"- {gpu_name}, {date}: {what} clean for {', '.join(ids)} (`{command}`)")
+            changed = sorted(set(entry) - set(current))
+            if changed:
+                lines.append(f"- {what}: {', '.join(changed)} changed since checked: to be re-checked")
     return "\n".join(lines) + "\n" if lines else "No recorded selfcheck yet.\n"
 
 

@@ -40,7 +40,7 @@ def measure_step(step_id: str, seqlens=workloads.BENCH_SEQLENS, *, numerics: boo
 
     step = resolve(step_id)
     result = {"step": step.id, "provenance": collect(), "numerics": [], "bench": [],
-              "source_sha256": step.source_sha256}
+              "code_sha256": step.code_sha256}
     start = time.perf_counter()
     q, k, v = workloads.make_qkv(workloads.NUMERICS_CASES[0].shape_for(step.info), seed=seed)
     step.module.attention(q, k, v)                 # first call compiles

@@ -71,7 +71,9 @@ def profile(step_spec: str, seqlen: int = 4096, timeout: float = 600) -> dict:
                 metrics[name] = None
     from harness.provenance import collect
     from harness.steps import resolve
-    return {"step": resolve(step_spec).id, "seqlen": seqlen, "metrics": metrics, "provenance": collect()}
+    step = resolve(step_spec)
+    return {"step": step.id, "seqlen": seqlen, "metrics": metrics, "provenance": collect(),
+            "code_sha256": step.code_sha256}
 
 
 def stall_reasons(metrics: dict, top: int = 6) -> list[tuple[str, float]]:

@@ -88,11 +88,16 @@ def record_profile(path: Path, payload: dict) -> dict:
     return data
 
 
-def record_selfcheck(path: Path, tool: str, steps: list[str]) -> dict:
-    """Note that ``ladder selfcheck`` (under compute-sanitizer ``tool``, or "none") passed ``steps``."""
+def record_selfcheck(path: Path, tool: str, steps: list) -> dict:
+    """Note that ``ladder selfcheck`` (under compute-sanitizer ``tool``, or "none") passed each of
+    ``steps`` (Step objects): per step, with the code version it checked and the provenance.
+    Merges, so a check of only the new steps keeps the earlier steps' entries."""
     from harness.provenance import collect
     data = load(path)
-    data.setdefault("selfcheck", {})[tool] = {"steps": steps, "provenance": collect()}
+    prov = collect()
+    entry = data.setdefault("selfcheck", {}).setdefault(tool, {})
+    for step in steps:
+        entry[step.id] = {"code_sha256": step.code_sha256, "provenance": prov}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return data
@@ -101,8 +106,8 @@ def record_selfcheck(path: Path, tool: str, steps: list[str]) -> dict:
 def is_stale(step, row: dict) -> bool:
     """True when ``row`` was measured on a different version of the step's file than the one
     here now (rows recorded before hashes were kept cannot tell, and count as current)."""
-    recorded = row.get("source_sha256")
-    return bool(recorded) and recorded != step.source_sha256
+    recorded = row.get("code_sha256")
+    return bool(recorded) and recorded != step.code_sha256
 
 
 def all_recorded() -> dict[str, dict]:

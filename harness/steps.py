@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import importlib.util
@@ -62,9 +63,11 @@ class Step:
         return importlib.import_module(self.module_name)
 
     @property
-    def source_sha256(self) -> str:
-        """Hash of the step file: a recorded result names the version of the kernel it measured."""
-        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+    def code_sha256(self) -> str:
+        """Hash of the step file's code: a recorded result names the version of the kernel it
+        measured. Docstrings are dropped and comments never reach the syntax tree, so editing
+        the prose around a kernel does not make its results stale; editing the code does."""
+        return code_sha256(self.path.read_text())
 
     @property
     def info(self):
@@ -75,6 +78,18 @@ class Step:
         name = f"{self.number:02d}-{self.slug.replace('_', '-')}.md"
         sub = {"h": "hopper", "b": "blackwell"}.get(self.id[0])
         return ROOT / "writeups" / (sub or "") / name
+
+
+def code_sha256(source: str) -> str:
+    """sha256 of a Python source's syntax tree without docstrings (see Step.code_sha256)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
 
 
 def discover() -> list[Step]:

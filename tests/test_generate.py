@@ -46,9 +46,16 @@ def test_checks_block_reflects_recorded_selfchecks(tmp_path, monkeypatch):
     assert "No recorded selfcheck" in generate.checks_block()
     monkeypatch.setattr("harness.provenance.collect", lambda command=None: {
         "gpu": "NVIDIA H200", "date": "2026-01-01T00:00:00Z", "command": "ladder selfcheck --sanitize racecheck"})
-    results.record_selfcheck(tmp_path / "h200.json", "racecheck", ["01", "h02"])
+    from harness.steps import resolve
+    results.record_selfcheck(tmp_path / "h200.json", "racecheck", [resolve("01")])
+    results.record_selfcheck(tmp_path / "h200.json", "racecheck", [resolve("h02")])   # merges
     block = generate.checks_block()
     assert "compute-sanitizer racecheck clean for 01, h02" in block
+    data = results.load(tmp_path / "h200.json")
+    data["selfcheck"]["racecheck"]["h02"]["code_sha256"] = "0" * 64       # h02 edited since
+    (tmp_path / "h200.json").write_text(__import__("json").dumps(data))
+    block = generate.checks_block()
+    assert "clean for 01 (" in block and "h02 changed since checked" in block
 
 
 def test_a_result_measured_on_another_version_of_the_kernel_is_not_shown_as_current(tmp_path, monkeypatch):
@@ -58,13 +65,13 @@ def test_a_result_measured_on_another_version_of_the_kernel_is_not_shown_as_curr
     prov = {"gpu": "NVIDIA H200", "date": "2026-01-01T00:00:00Z", "command": "ladder table", "torch": "t",
             "cutlass_dsl": "4.8.1", "flash_attn_4": "f", "driver": "d"}
     bench = [{"seqlen": s, "fraction": 0.123, "step_tflops": 1.0, "fa4_tflops": 2.0} for s in (4096, 8192, 16384)]
-    row = {"provenance": prov, "numerics": [{"passed": True}], "bench": bench, "source_sha256": "0" * 64}
+    row = {"provenance": prov, "numerics": [{"passed": True}], "bench": bench, "code_sha256": "0" * 64}
     results.record(tmp_path / "h200.json", {"01": row})
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     assert results.is_stale(step, results.load(tmp_path / "h200.json")["rows"]["01"])
     assert generate.STALE in generate.results_block("01") and "0.123" not in generate.results_block("01")
     assert generate.STALE in generate.table_block("hopper")
-    row["source_sha256"] = step.source_sha256
+    row["code_sha256"] = step.code_sha256
     results.record(tmp_path / "h200.json", {"01": row})
     assert "0.123" in generate.results_block("01") and generate.STALE not in generate.table_block("hopper")
 
@@ -76,8 +83,8 @@ def test_compare_blocks_do_not_quote_a_stale_row(tmp_path, monkeypatch):
             "cutlass_dsl": "4.8.1", "flash_attn_4": "f", "driver": "d"}
     bench = [{"seqlen": s, "fraction": 0.5, "step_tflops": 1.0, "fa4_tflops": 2.0} for s in (4096, 8192, 16384)]
     current = {"provenance": prov, "numerics": [{"passed": True}], "bench": bench,
-               "source_sha256": resolve("01").source_sha256}
-    stale = dict(current, source_sha256="0" * 64)
+               "code_sha256": resolve("01").code_sha256}
+    stale = dict(current, code_sha256="0" * 64)
     results.record(tmp_path / "h200.json", {"01": current, "h02": stale})
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     block = generate.compare_block("h02", "01")

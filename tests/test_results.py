@@ -71,6 +71,6 @@ def test_every_committed_row_names_the_kernel_version_it_measured():
     from harness.steps import resolve
     for gpu, data in results.all_recorded().items():
         for step_id, row in data.get("rows", {}).items():
-            assert row.get("source_sha256"), f"{gpu} {step_id}: no source hash"
-            assert len(row["source_sha256"]) == 64
+            assert row.get("code_sha256"), f"{gpu} {step_id}: no code hash"
+            assert len(row["code_sha256"]) == 64
             resolve(step_id)          # still a step
