@@ -39,7 +39,7 @@ def _recorded_summary(step: Step) -> str:
     if step.variant and not step.experiment:
         return "(variant: never recorded)"
     rows = results.latest_for(step.id, section="experiments" if step.experiment else "rows")
-    parts = [f"{gpu}: {row['hmean']:.3f}" + (" (stale: file changed since)" if results.is_stale(step, row) else "")
+    parts = [f"{gpu}: {row['hmean']:.3f}" + (" (stale: code changed since measured)" if results.is_stale(step, row) else "")
              for gpu, row in rows.items() if row.get("hmean") is not None]
     info = step.info
     if "sm_100a" in info.archs and "b200" not in rows and not step.variant:
