@@ -161,6 +161,9 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("h07-split-kv", "h07",
                "h07 with K and V on separate full/empty barriers: K_{j+1} loads during softmax_j "
                "and P_j V_j, with one buffer each", H07_SPLIT_KV),
+    Experiment("h08-three-stages", "h08", "h08 with a ring of 3 K/V stages (224 KB of smem) instead of 2",
+               (("NUM_STAGES = 2         # K/V ring depth: tiles in flight ahead of the consumers\n",
+                 "NUM_STAGES = 3         # K/V ring depth: tiles in flight ahead of the consumers\n"),)),
 )}
 
 
