@@ -43,6 +43,11 @@ def load(path: Path) -> dict:
     return data
 
 
+def _save(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
 def _with_summary(label: str, row: dict) -> dict:
     """The row as stored: checked for provenance, traceback dropped, summary added."""
     prov = row.get("provenance") or {}
@@ -60,8 +65,7 @@ def record(path: Path, rows: dict[str, dict], stock: dict | None = None) -> dict
         data["rows"][step_id] = _with_summary(step_id, row)
     if stock is not None:
         data["stock"] = stock
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    _save(path, data)
     return data
 
 
@@ -72,8 +76,7 @@ def record_experiment(path: Path, experiment, row: dict) -> dict:
     data.setdefault("experiments", {})[experiment.name] = {
         **_with_summary(experiment.name, row), "base": experiment.base,
         "question": experiment.question, "diagnostic": experiment.diagnostic}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    _save(path, data)
     return data
 
 
@@ -83,8 +86,7 @@ def record_profile(path: Path, payload: dict) -> dict:
     if not payload.get("provenance", {}).get("gpu"):
         raise ValueError("a profile must carry its provenance")
     data.setdefault("profiles", {})[payload["step"]] = payload
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    _save(path, data)
     return data
 
 
@@ -98,8 +100,7 @@ def record_selfcheck(path: Path, tool: str, steps: list) -> dict:
     entry = data.setdefault("selfcheck", {}).setdefault(tool, {})
     for step in steps:
         entry[step.id] = {"code_sha256": step.code_sha256, "provenance": prov}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    _save(path, data)
     return data
 
 

@@ -14,7 +14,7 @@ smem (with K, V and Q) is what later steps need for a K/V ring (h08). FA3 and FA
 in registers.
 
 Expect (arithmetic): per tile and warpgroup, h05 stores 64 x 128 x 2 B = 16 KB of P (32 four-byte
-STS per thread, 128 store wavefronts per warp) and the tensor cores read it back from smem; next to
+STS per thread, 32 store wavefronts per warp) and the tensor cores read it back from smem; next to
 ~2,000 cycles of MMA per tile that is a few hundred cycles of issue and a barrier, so expect a small
 gain, +0-10%. The smem drops from 128 KB to 96 KB, but registers still allow one CTA per SM (256
 threads x ~190 registers), and the lock-step between the two warpgroups (h05's writeup) is untouched.
