@@ -86,61 +86,69 @@ PREFETCH_K = (
      "        # O += P V: 8 wgmmas"),
 )
 
-# h07 with K and V on separate full/empty barriers (one buffer each, as before): the producer
-# loads K_{j+1} as soon as every consumer warp's S_j wgmmas are done with sK, i.e. during
-# softmax_j and P_j V_j, and V_{j+1} once P_j V_j is done. Load/compute overlap without a second
-# stage: what h08's ring buys, obtained another way (FA3 keeps K and V on separate barriers too).
-H07_SPLIT_KV = (
-    ("""        kv_full: cute.struct.MemRange[cutlass.Int64, 1]
-        kv_empty: cute.struct.MemRange[cutlass.Int64, 1]
-""", """        k_full: cute.struct.MemRange[cutlass.Int64, 1]
-        k_empty: cute.struct.MemRange[cutlass.Int64, 1]
-        v_full: cute.struct.MemRange[cutlass.Int64, 1]
-        v_empty: cute.struct.MemRange[cutlass.Int64, 1]
-"""),
-    ("    kv_full, kv_empty = storage.kv_full.data_ptr(), storage.kv_empty.data_ptr()\n",
-     "    k_full, k_empty = storage.k_full.data_ptr(), storage.k_empty.data_ptr()\n"
-     "    v_full, v_empty = storage.v_full.data_ptr(), storage.v_empty.data_ptr()\n"),
-    ("""            cute.arch.mbarrier_init(kv_full, 1)
-            cute.arch.mbarrier_init(kv_empty, NUM_CONSUMER_WARPS)
-""", """            cute.arch.mbarrier_init(k_full, 1)
-            cute.arch.mbarrier_init(v_full, 1)
-            cute.arch.mbarrier_init(k_empty, NUM_CONSUMER_WARPS)
-            cute.arch.mbarrier_init(v_empty, NUM_CONSUMER_WARPS)
-"""),
-    ("            kv_bytes = cute.size_in_bytes(dtype, sK_layout) + cute.size_in_bytes(dtype, sVt_layout)\n",
-     "            k_bytes = cute.size_in_bytes(dtype, sK_layout)\n"
-     "            v_bytes = cute.size_in_bytes(dtype, sVt_layout)\n"),
-    ("""                cute.arch.mbarrier_wait(kv_empty, parity ^ 1)
+def _split_kv_edits(staged: bool):
+    """K and V on separate full/empty barriers, for h07 (one buffer each) or h08 (a ring of stages,
+    ``staged``). The producer loads K_{j+1} as soon as every consumer warp's S_j wgmmas are done
+    with its K buffer, i.e. during softmax_j and P_j V_j, and V_{j+1} once P_j V_j is done; a
+    consumer starts S_j once K_j has landed and waits for V_j only before P_j V_j. (FA3 keeps K
+    and V in separate pipelines too.) The two steps' texts differ only in the stage index."""
+    at = " + stage" if staged else ""                  # which barrier of the ring
+    slot = "[None, stage]" if staged else ""           # which smem stage a copy writes
+    count = "NUM_STAGES" if staged else "1"
+    pad = "    " if staged else ""                     # h08 initializes its barriers in a loop
+    ptrs_comment = "   # stage s: base + s" if staged else ""
+    one_stage = (lambda name: f"cute.select({name}, mode=[0, 1])") if staged else (lambda name: name)
+    old_bytes = (f"            kv_bytes = (cute.size_in_bytes(dtype, {one_stage('sK_layout')})\n"
+                 f"                        + cute.size_in_bytes(dtype, {one_stage('sVt_layout')}))\n"
+                 if staged else
+                 "            kv_bytes = cute.size_in_bytes(dtype, sK_layout) + cute.size_in_bytes(dtype, sVt_layout)\n")
+    return (
+        (f"        kv_full: cute.struct.MemRange[cutlass.Int64, {count}]\n"
+         f"        kv_empty: cute.struct.MemRange[cutlass.Int64, {count}]\n",
+         "".join(f"        {name}: cute.struct.MemRange[cutlass.Int64, {count}]\n"
+                 for name in ("k_full", "k_empty", "v_full", "v_empty"))),
+        (f"    kv_full, kv_empty = storage.kv_full.data_ptr(), storage.kv_empty.data_ptr(){ptrs_comment}\n",
+         "    k_full, k_empty = storage.k_full.data_ptr(), storage.k_empty.data_ptr()\n"
+         "    v_full, v_empty = storage.v_full.data_ptr(), storage.v_empty.data_ptr()\n"),
+        (f"{pad}            cute.arch.mbarrier_init(kv_full{at}, 1)\n"
+         f"{pad}            cute.arch.mbarrier_init(kv_empty{at}, NUM_CONSUMER_WARPS)\n",
+         "".join(f"{pad}            cute.arch.mbarrier_init({name}{at}, {arrivals})\n" for name, arrivals in
+                 (("k_full", 1), ("v_full", 1), ("k_empty", "NUM_CONSUMER_WARPS"), ("v_empty", "NUM_CONSUMER_WARPS")))),
+        (old_bytes,
+         f"            k_bytes = cute.size_in_bytes(dtype, {one_stage('sK_layout')})\n"
+         f"            v_bytes = cute.size_in_bytes(dtype, {one_stage('sVt_layout')})\n"),
+        (f"""                cute.arch.mbarrier_wait(kv_empty{at}, parity ^ 1)
                 with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(kv_full, kv_bytes)
-                cute.copy(tma_K, tKgK[None, n_block], tKsK, tma_bar_ptr=kv_full)
-                cute.copy(tma_V, tVgV[None, n_block], tVsV, tma_bar_ptr=kv_full)
-""", """                cute.arch.mbarrier_wait(k_empty, parity ^ 1)    # sK free: S_{j-1} done
+                    cute.arch.mbarrier_arrive_and_expect_tx(kv_full{at}, kv_bytes)
+                cute.copy(tma_K, tKgK[None, n_block], tKsK{slot}, tma_bar_ptr=kv_full{at})
+                cute.copy(tma_V, tVgV[None, n_block], tVsV{slot}, tma_bar_ptr=kv_full{at})
+""", f"""                cute.arch.mbarrier_wait(k_empty{at}, parity ^ 1)    # K buffer free: S of its last tile done
                 with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(k_full, k_bytes)
-                cute.copy(tma_K, tKgK[None, n_block], tKsK, tma_bar_ptr=k_full)
-                cute.arch.mbarrier_wait(v_empty, parity ^ 1)    # sV free: P_{j-1} V_{j-1} done
+                    cute.arch.mbarrier_arrive_and_expect_tx(k_full{at}, k_bytes)
+                cute.copy(tma_K, tKgK[None, n_block], tKsK{slot}, tma_bar_ptr=k_full{at})
+                cute.arch.mbarrier_wait(v_empty{at}, parity ^ 1)    # V buffer free: its P V done
                 with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(v_full, v_bytes)
-                cute.copy(tma_V, tVgV[None, n_block], tVsV, tma_bar_ptr=v_full)
+                    cute.arch.mbarrier_arrive_and_expect_tx(v_full{at}, v_bytes)
+                cute.copy(tma_V, tVgV[None, n_block], tVsV{slot}, tma_bar_ptr=v_full{at})
 """),
-    ("            cute.arch.mbarrier_wait(kv_full, parity)\n",
-     "            cute.arch.mbarrier_wait(k_full, parity)      # K_j landed (k_full phase j)\n"),
-    ("""            warpgroup.commit_group()
+        (f"            cute.arch.mbarrier_wait(kv_full{at}, parity)\n",
+         f"            cute.arch.mbarrier_wait(k_full{at}, parity)      # K_j landed (k_full, this round)\n"),
+        ("""            warpgroup.commit_group()
             warpgroup.wait_group(0)
 
-            # Online softmax""", """            warpgroup.commit_group()
+            # Online softmax""", f"""            warpgroup.commit_group()
             warpgroup.wait_group(0)
             with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(k_empty)               # this warp is done with sK
+                cute.arch.mbarrier_arrive(k_empty{at})       # this warp is done with its K buffer
 
             # Online softmax"""),
-    ("""            # O += P V: 8 wgmmas""", """            cute.arch.mbarrier_wait(v_full, parity)      # V_j landed (v_full phase j)
-            # O += P V: 8 wgmmas"""),
-    ("                cute.arch.mbarrier_arrive(kv_empty)\n",
-     "                cute.arch.mbarrier_arrive(v_empty)\n"),
-)
+        ("            # O += P V: 8 wgmmas",
+         f"            cute.arch.mbarrier_wait(v_full{at}, parity)      # V_j landed (v_full, this round)\n"
+         "            # O += P V: 8 wgmmas"),
+        (f"                cute.arch.mbarrier_arrive(kv_empty{at})\n",
+         f"                cute.arch.mbarrier_arrive(v_empty{at})\n"),
+    )
+
 
 EXPERIMENTS = {e.name: e for e in (
     Experiment("h04-one-cta-per-sm", "h04",
@@ -160,10 +168,13 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("h05-prefetch-k", "h05", "h05 with K_{j+1} issued as soon as S_j is done", PREFETCH_K),
     Experiment("h07-split-kv", "h07",
                "h07 with K and V on separate full/empty barriers: K_{j+1} loads during softmax_j "
-               "and P_j V_j, with one buffer each", H07_SPLIT_KV),
+               "and P_j V_j, with one buffer each", _split_kv_edits(staged=False)),
     Experiment("h08-three-stages", "h08", "h08 with a ring of 3 K/V stages (224 KB of smem) instead of 2",
                (("NUM_STAGES = 2         # K/V ring depth: tiles in flight ahead of the consumers\n",
                  "NUM_STAGES = 3         # K/V ring depth: tiles in flight ahead of the consumers\n"),)),
+    Experiment("h08-split-kv", "h08",
+               "h08's 2-stage ring with K and V on separate full/empty barriers: S_j starts once K_j "
+               "has landed, and K's stage is refilled right after S_j", _split_kv_edits(staged=True)),
 )}
 
 

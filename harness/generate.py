@@ -149,32 +149,75 @@ def stock_block() -> str:
     return "\n".join(lines) if lines else "No recorded results yet.\n"
 
 
-def profile_block(step_id: str) -> str:
+def _current_profile(data: dict, step_id: str):
+    """(step, profile) recorded in one results file, or (step, None) if absent; a profile of an
+    earlier version of the step's code comes back as the string "stale"."""
+    step = resolve(step_id)
+    prof = data.get("profiles", {}).get(step.id)
+    if prof and results.is_stale(step, prof):
+        return step, "stale"
+    return step, prof
+
+
+def _profile_rows(metrics: dict, stall_names=None) -> list[tuple[str, str]]:
+    """(counter, value) rows of one profile: the fixed counters, smem conflict shares, then the
+    warp stall reasons (the largest ones, or exactly ``stall_names``)."""
     from harness.profile import METRICS, stall_reasons
+    rows = [(meaning, "n/a" if metrics.get(m) is None else f"{metrics[m]:,.1f}")
+            for m, meaning in METRICS.items() if m in metrics]
+    for op in ("ld", "st"):
+        waves = metrics.get(f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum")
+        conflicts = metrics.get(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum")
+        if waves and conflicts is not None:
+            rows.append((f"smem {'load' if op == 'ld' else 'store'} conflict share (conflicts / wavefronts)",
+                         f"{conflicts / waves:.3f}"))
+    stalls = dict(stall_reasons(metrics, top=len(metrics)))
+    names = stall_names if stall_names is not None else [r for r, _ in stall_reasons(metrics)]
+    rows += [(f"warps stalled on {r} per issued instruction",
+              f"{stalls[r]:.2f}" if r in stalls else "n/a") for r in names]
+    return rows
+
+
+def profile_block(step_id: str) -> str:
     lines = []
     for gpu, data in results.all_recorded().items():
-        step = resolve(step_id)
-        prof = data.get("profiles", {}).get(step.id)
+        step, prof = _current_profile(data, step_id)
         if not prof:
             continue
-        if results.is_stale(step, prof):
+        if prof == "stale":
             lines.append(f"The recorded profile of {step.id} is of an earlier version of its code: to be re-profiled.\n")
             continue
-        metrics = prof["metrics"]
-        table = [[meaning, "n/a" if metrics.get(m) is None else f"{metrics[m]:,.1f}"]
-                 for m, meaning in METRICS.items() if m in metrics]
-        for op in ("ld", "st"):
-            waves = metrics.get(f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum")
-            conflicts = metrics.get(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum")
-            if waves and conflicts is not None:
-                table.append([f"smem {'load' if op == 'ld' else 'store'} conflict share (conflicts / wavefronts)",
-                              f"{conflicts / waves:.3f}"])
-        table += [[f"warps stalled on {reason} per issued instruction", f"{value:.2f}"]
-                  for reason, value in stall_reasons(metrics)]
         p = prof["provenance"]
-        lines.append(_md(table, ["counter", "value"]))
+        lines.append(_md([list(r) for r in _profile_rows(prof["metrics"])], ["counter", "value"]))
         lines.append(f"\nseqlen {prof['seqlen']} (bench shape), {p['gpu']}, {p['date'][:10]}, `{p['command']}`.\n")
     return "\n".join(lines) if lines else "No recorded profile yet.\n"
+
+
+def profiles_block(*step_ids: str) -> str:
+    """Several steps' (or experiments') recorded profiles side by side, one column each. The stall
+    rows are the union of each profile's largest reasons, so every column shows the same ones."""
+    from harness.profile import stall_reasons
+    lines = []
+    for gpu, data in results.all_recorded().items():
+        found = [_current_profile(data, s) for s in step_ids]
+        missing = [step.id for step, prof in found if not prof or prof == "stale"]
+        if len(missing) == len(found):
+            continue
+        if missing:
+            lines.append(f"{gpu}: no current profile of {', '.join(missing)} yet: to be profiled.\n")
+            continue
+        names = []
+        for _, prof in found:
+            names += [r for r, _ in stall_reasons(prof["metrics"]) if r not in names]
+        columns = [_profile_rows(prof["metrics"], names) for _, prof in found]
+        table = [[label, *(col[i][1] for col in columns)] for i, (label, _) in enumerate(columns[0])]
+        lines.append(_md(table, ["counter", *(f"{step.id}" for step, _ in found)]))
+        seqlens = sorted({prof["seqlen"] for _, prof in found})
+        dates = sorted({prof["provenance"]["date"][:10] for _, prof in found})
+        lines.append(f"\nseqlen {', '.join(map(str, seqlens))} (bench shape), {found[0][1]['provenance']['gpu']}, "
+                     f"{' to '.join(dict.fromkeys([dates[0], dates[-1]]))}, `ladder profile <step> --record`; "
+                     "each column is its own ncu run.\n")
+    return "\n".join(lines) if lines else "No recorded profiles yet.\n"
 
 
 def experiments_block(base: str) -> str:
@@ -260,6 +303,8 @@ def render(spec: str) -> str:
         return table_block(*args)
     if kind == "profile":
         return profile_block(*args)
+    if kind == "profiles":
+        return profiles_block(*args)
     if kind == "compare":
         return compare_block(*args)
     if kind == "experiments":

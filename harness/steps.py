@@ -81,7 +81,11 @@ class Step:
 
 
 def code_sha256(source: str) -> str:
-    """sha256 of a Python source's syntax tree without docstrings (see Step.code_sha256)."""
+    """sha256 of a Python source's syntax tree without docstrings (see Step.code_sha256).
+
+    The tree is written out by ``_canonical`` rather than ``ast.dump``: Python 3.12 added fields
+    (``type_params``) that ``ast.dump`` prints even when empty, so the same file hashed differently
+    on this machine (3.11) and on the GPU machine (3.12)."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -89,7 +93,19 @@ def code_sha256(source: str) -> str:
                 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                 and isinstance(body[0].value.value, str)):
             node.body = body[1:] or [ast.Pass()]
-    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
+    return hashlib.sha256(_canonical(tree).encode()).hexdigest()
+
+
+def _canonical(node) -> str:
+    """A syntax tree as text, leaving out fields that are None or empty (the ones Python
+    versions add or drop), so the text depends on the code and not on the interpreter."""
+    if isinstance(node, ast.AST):
+        fields = [f"{name}={_canonical(value)}" for name in node._fields
+                  if (value := getattr(node, name, None)) is not None and not (isinstance(value, list) and not value)]
+        return f"{type(node).__name__}({', '.join(fields)})"
+    if isinstance(node, list):
+        return "[" + ", ".join(_canonical(item) for item in node) + "]"
+    return repr(node)
 
 
 def discover() -> list[Step]:

@@ -89,3 +89,32 @@ def test_compare_blocks_do_not_quote_a_stale_row(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     block = generate.compare_block("h02", "01")
     assert "not both recorded" in block and "changed since measured" in block
+
+
+def test_profiles_block_lines_up_recorded_profiles_and_skips_stale_ones(tmp_path, monkeypatch):
+    from harness import results
+    from harness.steps import resolve
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    prov = {"gpu": "NVIDIA H200", "date": "2026-01-01T00:00:00Z", "command": "ladder profile"}
+
+    def profile(step_id, kernel_ns, stalls):
+        metrics = {"gpu__time_duration.sum": kernel_ns,
+                   **{f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio": v for r, v in stalls.items()}}
+        return {"step": step_id, "seqlen": 4096, "provenance": prov, "metrics": metrics,
+                "code_sha256": resolve(step_id).code_sha256}
+
+    results.record_profile(tmp_path / "h200.json", profile("01", 1234.0, {"barrier": 1.5, "wait": 0.25}))
+    assert "no current profile of h02" in generate.profiles_block("01", "h02")
+    results.record_profile(tmp_path / "h200.json", profile("h02", 987.0, {"long_scoreboard": 2.0}))
+    block = generate.profiles_block("01", "h02")
+    header, *rows = [line for line in block.splitlines() if line.startswith("| ")]
+    assert header.split("|")[2].strip() == "01" and header.split("|")[3].strip() == "h02"
+    cells = {row.split("|")[1].strip(): [c.strip() for c in row.split("|")[2:4]] for row in rows}
+    assert cells["kernel time (ns)"] == ["1,234.0", "987.0"]
+    # each column shows every stall reason that is large in any column
+    assert cells["warps stalled on long_scoreboard per issued instruction"] == ["n/a", "2.00"]
+    assert cells["warps stalled on barrier per issued instruction"] == ["1.50", "n/a"]
+    data = results.load(tmp_path / "h200.json")
+    data["profiles"]["h02"]["code_sha256"] = "0" * 64                     # h02 edited since
+    (tmp_path / "h200.json").write_text(__import__("json").dumps(data))
+    assert "no current profile of h02" in generate.profiles_block("01", "h02")

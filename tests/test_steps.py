@@ -6,7 +6,7 @@ import re
 import pytest
 
 from conftest import STEPS, step_id
-from harness.steps import ROOT, predecessor, resolve, track_steps
+from harness.steps import ROOT, code_sha256, predecessor, resolve, track_steps
 from ladder.contract import ARCH_CAPABILITY
 
 SMEM_LIMIT = 227 * 1024      # per CTA, both sm_90 and sm_100
@@ -91,3 +91,43 @@ def test_every_barrier_wait_names_its_arrive_and_phase(step):
         assert "wait" in text, f"{where}: no 'wait:' comment above the mbarrier wait"
         assert "parity" in text or "phase" in text, f"{where}: the comment does not name the phase/parity"
         assert "arrive" in text or "expect-tx" in text, f"{where}: the comment does not name the arrive it pairs with"
+
+
+_KERNEL_SOURCE = '''"""Module docstring."""
+import cutlass
+
+
+class Kernel:
+    """Class docstring."""
+
+    def __call__(self, x):
+        """Method docstring."""
+        return x + 1  # a comment
+'''
+
+
+def test_code_hash_ignores_prose_and_follows_code():
+    base = code_sha256(_KERNEL_SOURCE)
+    assert code_sha256(_KERNEL_SOURCE.replace("Method docstring.", "Reworded.")) == base
+    assert code_sha256(_KERNEL_SOURCE.replace("# a comment", "# another")) == base
+    assert code_sha256(_KERNEL_SOURCE.replace("x + 1", "x + 2")) != base
+
+
+def test_code_hash_does_not_depend_on_the_python_version(monkeypatch):
+    """The GPU machine runs Python 3.12, whose syntax trees carry fields 3.11's lack (an empty
+    ``type_params`` on every def and class): the hash recorded there must match the one here."""
+    base = code_sha256(_KERNEL_SOURCE)
+    parse = ast.parse
+
+    def parse_as_312(*args, **kwargs):
+        tree = parse(*args, **kwargs)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                node.type_params = []
+        return tree
+
+    for cls in (ast.FunctionDef, ast.ClassDef):
+        if "type_params" not in cls._fields:
+            monkeypatch.setattr(cls, "_fields", cls._fields + ("type_params",))
+    monkeypatch.setattr(ast, "parse", parse_as_312)
+    assert code_sha256(_KERNEL_SOURCE) == base

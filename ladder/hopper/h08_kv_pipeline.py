@@ -11,8 +11,8 @@ finished P_j V_j, so each tile's load latency sits between two tiles of compute.
 the load of tile j+1 overlaps the compute of tile j. (A warpgroup that runs ahead may also start a
 tile before the other has finished the previous one, loosening h05's lock-step a little.)
 
-Expect (arithmetic): the loads hide behind compute, the bound measured in h05's experiments
-(free loads: +26% over h05) plus what h07 gained from dropping the CTA barrier. Expect h08 clearly
+Expect (arithmetic): the loads hide behind compute: the bound is what h05's free-loads experiment
+measured over h05 (its writeup), plus what h07 gained from dropping the CTA barrier. Expect h08 clearly
 above h05 and above FA2's ~0.5x of FA4 on this GPU: +15-35% over h07. smem: Q 32 KB + 2 x (K 32 KB
 + V 32 KB) = 160 KB of the 227 KB a CTA may use.
 
