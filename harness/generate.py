@@ -89,6 +89,8 @@ def sass_block(step_id: str, against: str | None = None) -> str:
     table.append(["spill bytes", *(r.sass.spills for r in reports)])
     table.append(["threads / CTA", *(r.threads_per_cta for r in reports)])
     table.append(["smem bytes / CTA", *(s.info.smem_bytes for s, _ in columns)])
+    if any(s.info.tmem_cols for s, _ in columns):
+        table.append(["TMEM columns / CTA", *(s.info.tmem_cols or 0 for s, _ in columns)])
     return _md([[str(c) for c in r] for r in table], headers) + "\n"
 
 

@@ -125,9 +125,9 @@ _WGMMA_RE = re.compile(r"wgmma\.mma_async[^{]*\{[^}]*\}\s*,\s*(%rd\d+)\s*,\s*(%r
 _WGMMA_RS_RE = re.compile(r"wgmma\.mma_async[^{]*\{[^}]*\}\s*,\s*\{[^}]*\}\s*,\s*(%rd\d+)")
 
 
-def wgmma_descriptor_layout_types(ptx: str) -> list[int]:
-    """The layout type of every smem descriptor operand of every wgmma in ``ptx``. Each descriptor
-    register is built as ``or/add REG, base, IMM``; the immediate carries the layout type."""
+def _descriptor_immediates(ptx: str) -> dict[str, int]:
+    """Descriptor register -> the immediate it was built with. A matrix descriptor is built as
+    ``or/add REG, base, IMM``: the base is the smem address, the immediate everything else."""
     defs = dict(re.findall(r"(?:or\.b64|add\.s64)\s+(%rd\d+),\s*%rd\d+,\s*(\d+);", ptx))
     # A descriptor indexed at run time (a ring stage) is rebuilt from 32-bit halves: the low half
     # (address) changes, the high half (layout type among it) is split off a built descriptor.
@@ -136,11 +136,75 @@ def wgmma_descriptor_layout_types(ptx: str) -> list[int]:
     for rd, hi in joined.items():
         if rd not in defs and high_of.get(hi) in defs:
             defs[rd] = defs[high_of[hi]]
-    regs = [r for pair in _WGMMA_RE.findall(ptx) for r in pair] + _WGMMA_RS_RE.findall(ptx)
+    return {reg: int(value) for reg, value in defs.items()}
+
+
+def _resolve(regs: list[str], defs: dict[str, int], what: str) -> list[int]:
     missing = [r for r in regs if r not in defs]
     if missing:
-        raise ValueError(f"wgmma descriptors not built from an immediate: {missing[:4]}")
-    return [(int(defs[r]) >> 62) & 3 for r in regs]
+        raise ValueError(f"{what} descriptors not built from an immediate: {missing[:4]}")
+    return [defs[r] for r in regs]
+
+
+def wgmma_descriptor_layout_types(ptx: str) -> list[int]:
+    """The layout type of every smem descriptor operand of every wgmma in ``ptx``."""
+    regs = [r for pair in _WGMMA_RE.findall(ptx) for r in pair] + _WGMMA_RS_RE.findall(ptx)
+    return [(imm >> 62) & 3 for imm in _resolve(regs, _descriptor_immediates(ptx), "wgmma")]
+
+
+# tcgen05.mma (UMMA) smem descriptors (PTX), sm_100 format: bits 16-29 the leading-dimension byte
+# offset >> 4, bits 32-45 the stride byte offset >> 4, bits 46-47 the version (1), bits 61-63 the
+# layout type. The address (bits 0-13) is the base register's part.
+UMMA_LAYOUT_TYPES = {0: "SWIZZLE_NONE (interleave)", 1: "SWIZZLE_128B_BASE32B", 2: "SWIZZLE_128B",
+                     4: "SWIZZLE_64B", 6: "SWIZZLE_32B"}
+# tcgen05.mma [d_tmem], a, b_desc, idesc, ...: a is a descriptor register (A in smem) or [tmem].
+_UMMA_RE = re.compile(r"tcgen05\.mma\.[^\[;]*\[[^\]]*\]\s*,\s*(%rd\d+|\[[^\]]*\])\s*,\s*(%rd\d+)")
+
+
+@dataclass(frozen=True)
+class UmmaDescriptor:
+    operand: str              # "A" or "B"
+    layout_type: int
+    leading_byte_offset: int
+    stride_byte_offset: int
+    version: int
+
+    @property
+    def layout_name(self) -> str:
+        return UMMA_LAYOUT_TYPES.get(self.layout_type, f"unknown ({self.layout_type})")
+
+
+def umma_descriptors(ptx: str) -> list[UmmaDescriptor]:
+    """Every smem descriptor operand of every tcgen05.mma in ``ptx``, decoded. An A operand read
+    from tensor memory (a TS-MMA) has no descriptor and is left out."""
+    defs = _descriptor_immediates(ptx)
+    found = []
+    for a, b in _UMMA_RE.findall(ptx):
+        for operand, reg in (("A", a), ("B", b)):
+            if reg.startswith("["):
+                continue
+            (imm,) = _resolve([reg], defs, "tcgen05.mma")
+            found.append(UmmaDescriptor(operand, (imm >> 61) & 7, ((imm >> 16) & 0x3FFF) << 4,
+                                        ((imm >> 32) & 0x3FFF) << 4, (imm >> 46) & 3))
+    return found
+
+
+def umma_a_from_tmem(ptx: str) -> list[bool]:
+    """Per tcgen05.mma in ``ptx``: does its A operand come from tensor memory (``[%r..]``)?"""
+    return [a.startswith("[") for a, _ in _UMMA_RE.findall(ptx)]
+
+
+def tmem_alloc_columns(ptx: str) -> list[int]:
+    """The column count of every ``tcgen05.alloc`` in ``ptx`` (an immediate or a register set
+    from one)."""
+    movs = dict(re.findall(r"mov\.[bu]32\s+(%r\d+),\s*(\d+);", ptx))
+    counts = []
+    for operand in re.findall(r"tcgen05\.alloc[^;]*,\s*(%r\d+|\d+);", ptx):
+        value = operand if operand.isdigit() else movs.get(operand)
+        if value is None:
+            raise ValueError(f"tcgen05.alloc column count {operand} is not a constant")
+        counts.append(int(value))
+    return counts
 
 
 _EXPECT_TX_RE = re.compile(r"mbarrier\.arrive\.expect_tx[^;]*,\s*(%r\d+|\d+);")

@@ -86,7 +86,10 @@ def store_costs(step) -> list[StoreCost]:
         found["has_p"] = len(sP_layout) == 1            # from h06 on, P stays in registers
         tiled_mma, _ = module.make_tiled_mmas(dtype)
         stores = []
-        if cutlass.const_expr(found["has_p"]):
+        if cutlass.const_expr(found["has_p"] and hasattr(module, "row_piece")):
+            # Blackwell: thread t stores its own row t of P, one piece of columns at a time.
+            stores.append((cute.make_tensor(buffer.iterator, plain(sP_layout[0])), p_out, None))
+        elif cutlass.const_expr(found["has_p"]):
             stores.append((cute.make_tensor(buffer.iterator, plain(sP_layout[0])), p_out,
                            module.make_fragment_store(dtype, tiled_mma)))
         if cutlass.const_expr(has_copies):
@@ -98,14 +101,17 @@ def store_costs(step) -> list[StoreCost]:
                        (sV, v_out, copy)]
         for t in cutlass.range_constexpr(WARP):
             for dst, out, tiled in stores:
-                part = tiled.get_slice(t).partition_D(dst)
+                part = module.row_piece(dst, t, 0) if tiled is None else tiled.get_slice(t).partition_D(dst)
                 for v in cutlass.range_constexpr(cute.size(out, mode=[1])):
                     out[t, v] = part[v]
 
+    # Elements per thread in one P store: a bf16 pair from an MMA fragment (Hopper), or 16 bytes
+    # of the thread's own row (Blackwell, a vectorized store of a row piece).
+    p_vec = 8 if hasattr(module, "row_piece") else 2
     cosize = 1 << 16
     buffer = torch.arange(cosize, dtype=torch.int32)
     outs = {name: torch.full((WARP, vec), -1, dtype=torch.int32)
-            for name, vec in (("Q", 8), ("K", 8), ("V", 8), ("P", 2))}
+            for name, vec in (("Q", 8), ("K", 8), ("V", 8), ("P", p_vec))}
     element_offsets(from_dlpack(buffer), *(from_dlpack(o) for o in outs.values()))
     outs = {name: out for name, out in outs.items()
             if (name == "P" and found["has_p"]) or (name != "P" and has_copies)}

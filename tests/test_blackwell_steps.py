@@ -1,0 +1,131 @@
+"""CPU-side proof of the Blackwell steps (sm_100a): what each writeup claims about tensor memory,
+UMMA descriptors and which warp may touch which TMEM lanes, checked on the compiled kernel (PTX,
+SASS) and on the step's own layouts and copies (CuTe's layout algebra, evaluated on the host).
+No Blackwell GPU runs here: these steps are compiled, not yet run on a B200."""
+
+import pytest
+
+from conftest import STEPS, step_id
+from harness import sass
+from harness.compile import compile_step
+from harness.steps import resolve
+
+BLACKWELL = [s for s in STEPS if s.info.track == "blackwell"]
+ARCH = "sm_100a"
+TMEM_LANES = 128
+LANES_PER_WARP = 32          # tcgen05.ld/st: warp w may access lanes 32*(w % 4) .. +31 only
+# Tracing a copy partition per thread is slow; every warp's first and last lane, and a few inside.
+SAMPLE_THREADS = (0, 1, 17, 31, 32, 45, 63, 64, 90, 95, 96, 113, 127)
+
+
+def _ptx(step):
+    return compile_step(step, ARCH).ptx.read_text()
+
+
+@pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
+def test_tmem_allocation_is_a_power_of_two_between_32_and_512(step):
+    cols = step.info.tmem_cols
+    assert cols is not None, f"{step.id}: INFO.tmem_cols missing"
+    assert 32 <= cols <= 512 and cols & (cols - 1) == 0, f"{step.id}: {cols} TMEM columns"
+    # ... and the kernel allocates exactly that (tcgen05.alloc's column operand in the PTX)
+    assert sass.tmem_alloc_columns(_ptx(step)) == [cols]
+    assert "tcgen05.dealloc" in _ptx(step) and "tcgen05.relinquish_alloc_permit" in _ptx(step)
+
+
+@pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
+def test_tmem_map_regions_are_disjoint_and_inside_the_allocation(step):
+    regions = sorted(step.info.extra["tmem_map"].values())
+    for (start, width), (next_start, _) in zip(regions, regions[1:]):
+        assert start + width <= next_start, f"{step.id}: TMEM regions overlap: {regions}"
+    start, width = regions[-1]
+    assert start + width <= step.info.tmem_cols
+
+
+def warp_lane_violations(step, warp_of=lambda thread: thread // 32):
+    """Threads (sampled) whose TMEM accesses leave their warp's lane quarter, for the step's own
+    TMEM <-> register copies (``make_row_copies``) built on its own S accumulator, as the kernel
+    builds them. ``warp_of`` is a parameter only so that a test can show a wrong mapping is caught."""
+    import cutlass
+    import cutlass.cute as cute
+
+    from ladder.contract import set_target_arch
+    set_target_arch(ARCH)
+    module = step.module
+    seen = {}
+
+    @cute.jit
+    def probe():
+        tiled_mma, _ = module.make_tiled_mmas(cutlass.BFloat16)
+        tStS = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((module.TILE_M, module.TILE_N)))
+        chunk0 = cute.composition(tStS[(None, None), 0, 0],
+                                  cute.make_layout((module.TILE_M, module.TMEM_CHUNK)))
+        load, store = module.make_row_copies(chunk0, module.TMEM_CHUNK)
+        coords = cute.make_identity_tensor((module.TILE_M, module.TMEM_CHUNK))
+        for copy, name in ((load, "load"), (store, "store")):
+            for t in SAMPLE_THREADS:
+                tmem_side = copy.get_slice(t).partition_S(coords) if name == "load" else \
+                    copy.get_slice(t).partition_D(coords)
+                reg_side = copy.get_slice(t).partition_D(coords) if name == "load" else \
+                    copy.get_slice(t).partition_S(coords)
+                seen[(name, t)] = ({tmem_side[i][0] for i in range(cute.size(tmem_side))},
+                                   {reg_side[i][0] for i in range(cute.size(reg_side))})
+
+    probe()
+    violations = []
+    for (name, t), (warp_lanes, thread_rows) in seen.items():
+        quarter = warp_of(t) % 4
+        allowed = set(range(LANES_PER_WARP * quarter, LANES_PER_WARP * (quarter + 1)))
+        if not warp_lanes <= allowed or not thread_rows <= allowed:
+            violations.append((name, t, sorted(warp_lanes)[:2], sorted(thread_rows)[:2]))
+    return violations, seen
+
+
+@pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
+def test_each_warp_touches_only_its_own_tmem_lanes(step):
+    violations, seen = warp_lane_violations(step)
+    assert seen, "the probe saw no copies"
+    assert not violations, f"{step.id}: TMEM accesses outside the warp's lane quarter: {violations[:4]}"
+    # one thread per query row: thread t's registers hold TMEM lane (= row) t % 128, all columns
+    for (name, t), (_, thread_rows) in seen.items():
+        assert thread_rows == {t % TMEM_LANES}, f"{step.id} {name}: thread {t} holds rows {thread_rows}"
+
+
+def test_the_lane_check_catches_a_wrong_warp_to_lane_mapping():
+    violations, _ = warp_lane_violations(resolve("b02"), warp_of=lambda thread: thread // 32 + 1)
+    assert violations
+
+
+def test_b02_issues_tcgen05_mma_from_unswizzled_smem_descriptors():
+    step = resolve("b02")
+    descriptors = sass.umma_descriptors(_ptx(step))
+    # 8 MMAs for S (A = Q, B = K) and 8 for O (A = P, B = V), each one 128x128x16 instruction
+    assert len(descriptors) == 2 * 16
+    assert {d.layout_name for d in descriptors} == {"SWIZZLE_NONE (interleave)"}
+    assert {d.version for d in descriptors} == {1}                     # the sm_100 format
+    # K-major Q, K, P: 8-row core matrices 128 B apart along M, 16-byte columns 2 KB apart along K;
+    # MN-major V the other way round. (The descriptor's two offsets, decoded.)
+    k_major = {(d.leading_byte_offset, d.stride_byte_offset) for d in descriptors if d.operand == "A"}
+    assert k_major == {(2048, 128)}
+    assert not any(sass.umma_a_from_tmem(_ptx(step)))
+    report = compile_step(step, ARCH)
+    assert report.sass.mechanisms["UTCHMMA"] == 16 and report.sass.mechanisms["HMMA"] == 0
+    assert report.sass.mechanisms["UTCBAR"] == 2                        # one commit after S, one after P V
+
+
+@pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
+def test_shared_storage_fits_the_227_kb_a_cta_may_use(step):
+    from harness.smem_budget import SM90_SMEM_PER_CTA, shared_storage_bytes
+    size = shared_storage_bytes(step)          # the struct the kernel allocates, evaluated here
+    assert step.info.smem_bytes <= size <= SM90_SMEM_PER_CTA   # sm_100 has the same 227 KB limit
+
+
+def test_b02_thread_stores_into_the_unswizzled_layout_conflict_on_q_k_v():
+    """The step's own copy thread mapping and smem layouts (harness/smem_model.py): the 16 threads
+    that copy one 256-byte row write 16 core matrices at the same offset, so a 16-byte warp store
+    takes 16 wavefronts instead of 4. P's stores (thread t writes 16 bytes of its row t) are
+    conflict-free: rows 0-7 of a core matrix are 128 contiguous bytes. b03 is measured against this."""
+    from harness.smem_model import store_costs
+    costs = {c.name: c for c in store_costs(resolve("b02"))}
+    assert {n: (c.wavefronts, c.minimal) for n, c in costs.items() if n in "QKV"} == \
+        {"Q": (16, 4), "K": (16, 4), "V": (16, 4)}
+    assert costs["P"].is_minimal and costs["P"].bytes_per_thread == 16
