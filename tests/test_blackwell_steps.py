@@ -129,3 +129,61 @@ def test_b02_thread_stores_into_the_unswizzled_layout_conflict_on_q_k_v():
     assert {n: (c.wavefronts, c.minimal) for n, c in costs.items() if n in "QKV"} == \
         {"Q": (16, 4), "K": (16, 4), "V": (16, 4)}
     assert costs["P"].is_minimal and costs["P"].bytes_per_thread == 16
+
+
+def test_b03_smem_layouts_equal_the_ones_cutlass_builds_for_these_operands():
+    """Q, K (A, B of S) and V (B of P V), as the kernel lays them out and the MMA partitions them,
+    against ``cutlass.utils.blackwell_helpers.make_smem_layout_a/b`` for the same tiled MMAs and
+    tiles (one stage): the same swizzle and the same partitioned layout."""
+    import cutlass
+    import cutlass.cute as cute
+    import cutlass.utils.blackwell_helpers as sm100
+
+    from ladder.contract import set_target_arch
+    set_target_arch(ARCH)
+    module = resolve("b03").module
+    found = {}
+
+    @cute.jit
+    def compare():
+        dtype = cutlass.BFloat16
+        sQ, sK, sVt, _ = module.make_smem_layouts()
+        mma_s, mma_pv = module.make_tiled_mmas(dtype)
+        tiler_s = (module.TILE_M, module.TILE_N, module.HEAD_DIM)
+        tiler_pv = (module.TILE_M, module.HEAD_DIM, module.TILE_N)
+        cases = (("Q", sQ, sm100.make_smem_layout_a(mma_s, tiler_s, dtype, 1), mma_s, "A"),
+                 ("K", sK, sm100.make_smem_layout_b(mma_s, tiler_s, dtype, 1), mma_s, "B"),
+                 ("V", sVt, sm100.make_smem_layout_b(mma_pv, tiler_pv, dtype, 1), mma_pv, "B"))
+        for name, mine, theirs, mma, operand in cases:
+            tile = cute.make_tensor(cute.make_ptr(dtype, 0, cute.AddressSpace.smem), mine.outer)
+            part = mma.get_slice(0).partition_A(tile) if operand == "A" else mma.get_slice(0).partition_B(tile)
+            found[name] = (str(mine.inner), str(part.layout),
+                           str(theirs.inner), str(cute.select(theirs.outer, mode=[0, 1, 2])))
+
+    compare()
+    assert set(found) == {"Q", "K", "V"}
+    for name, (my_swizzle, my_layout, their_swizzle, their_layout) in found.items():
+        assert my_swizzle == their_swizzle == "S<3,4,3>", name
+        assert my_layout == their_layout, f"{name}: {my_layout} != {their_layout}"
+
+
+def test_b03_descriptors_use_the_128b_swizzle_for_q_k_v():
+    descriptors = sass.umma_descriptors(_ptx(resolve("b03")))
+    assert len(descriptors) == 2 * 16
+    by_type = {}
+    for d in descriptors:
+        by_type.setdefault(d.layout_name, []).append(d)
+    # S: A = Q, B = K, both swizzled; P V: A = P (kept unswizzled), B = V swizzled
+    assert len(by_type["SWIZZLE_128B"]) == 24 and len(by_type["SWIZZLE_NONE (interleave)"]) == 8
+    assert all(d.operand == "A" for d in by_type["SWIZZLE_NONE (interleave)"])
+    assert {d.stride_byte_offset for d in by_type["SWIZZLE_128B"]} == {1024}   # 8 rows x 128 B
+
+
+def test_b03_swizzle_makes_every_thread_store_minimal_where_b02_is_not():
+    from harness.smem_model import store_costs
+    before = {c.name: c for c in store_costs(resolve("b02"))}
+    after = {c.name: c for c in store_costs(resolve("b03"))}
+    for name in "QKV":
+        assert after[name].wavefronts < before[name].wavefronts, name
+        assert after[name].is_minimal, name
+    assert after["P"].is_minimal
