@@ -187,3 +187,16 @@ def test_b03_swizzle_makes_every_thread_store_minimal_where_b02_is_not():
         assert after[name].wavefronts < before[name].wavefronts, name
         assert after[name].is_minimal, name
     assert after["P"].is_minimal
+
+
+def test_b04_loads_only_by_tma_with_expect_tx_equal_to_what_the_copies_deliver():
+    """No thread loads Q, K or V any more (no LDG, no thread stores of them into smem), and every
+    expect-tx arrive announces exactly one Q tile or one K + V pair: an announced count the copies
+    never deliver would leave the barrier's phase open forever (a hang a CPU can see)."""
+    from harness.smem_model import store_costs
+    step = resolve("b04")
+    report = compile_step(step, ARCH)
+    assert report.sass.mechanisms["UTMALDG"] > 0 and report.sass.mechanisms["LDG"] == 0
+    assert [c.name for c in store_costs(step)] == ["P"]           # Q, K, V: no thread stores left
+    tile = 2 * step.info.tile_m * step.info.head_dim                 # bytes of one bf16 tile
+    assert sorted(set(sass.expect_tx_bytes(report.ptx.read_text()))) == [tile, 2 * tile]
