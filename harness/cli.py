@@ -95,7 +95,10 @@ def _sass_table(step: Step, arch: str, against: Step | None) -> int:
     for label, a, b in (("registers", other.registers if other else 0, report.registers),
                         ("spill bytes", other.sass.spills if other else 0, report.sass.spills),
                         ("threads/CTA", other.threads_per_cta if other else 0, report.threads_per_cta),
-                        ("smem bytes", against.info.smem_bytes if other else 0, step.info.smem_bytes)):
+                        ("smem bytes", against.info.smem_bytes if other else 0, step.info.smem_bytes),
+                        ("TMEM columns", (against.info.tmem_cols or 0) if other else 0, step.info.tmem_cols or 0)):
+        if label == "TMEM columns" and not (a or b):
+            continue
         table.add_row(label, "", *([str(a)] if other else []), str(b), *([f"{b - a:+d}" if b != a else ""] if other else []))
     console.print(table)
     problems = _fingerprint_ok(step, report)

@@ -78,7 +78,10 @@ def store_costs(step) -> list[StoreCost]:
     found = {}                                         # facts learned while tracing
 
     def plain(layout):
-        return layout.outer if hasattr(layout, "outer") else layout
+        """The layout without its swizzle; for a stack of tiles (a ring stage or a second Q
+        tile as a third mode), the first tile: every tile is laid out alike."""
+        outer = layout.outer if hasattr(layout, "outer") else layout
+        return cute.select(outer, mode=[0, 1]) if cute.rank(outer) == 3 else outer
 
     @cute.jit
     def element_offsets(buffer, q_out, k_out, v_out, p_out):

@@ -15,7 +15,8 @@ ARCH = "sm_100a"
 TMEM_LANES = 128
 LANES_PER_WARP = 32          # tcgen05.ld/st: warp w may access lanes 32*(w % 4) .. +31 only
 # Tracing a copy partition per thread is slow; every warp's first and last lane, and a few inside.
-SAMPLE_THREADS = (0, 1, 17, 31, 32, 45, 63, 64, 90, 95, 96, 113, 127)
+SAMPLE_THREADS = (0, 1, 17, 31, 32, 45, 63, 64, 90, 95, 96, 113, 127,
+                  128, 159, 160, 200, 224, 255)
 
 
 def _ptx(step):
@@ -62,11 +63,12 @@ def warp_lane_violations(step, warp_of=lambda thread: thread // 32):
         load, store = module.make_row_copies(chunk0, module.TMEM_CHUNK)
         coords = cute.make_identity_tensor((module.TILE_M, module.TMEM_CHUNK))
         for copy, name in ((load, "load"), (store, "store")):
-            for t in SAMPLE_THREADS:
-                tmem_side = copy.get_slice(t).partition_S(coords) if name == "load" else \
-                    copy.get_slice(t).partition_D(coords)
-                reg_side = copy.get_slice(t).partition_D(coords) if name == "load" else \
-                    copy.get_slice(t).partition_S(coords)
+            for t in (t for t in SAMPLE_THREADS if t < module.THREADS):
+                # The copies serve one 128-row tile; a CTA with more threads (a second Q tile)
+                # uses them with slice t % 128, in its own TMEM columns.
+                part = copy.get_slice(t % TMEM_LANES)
+                tmem_side = part.partition_S(coords) if name == "load" else part.partition_D(coords)
+                reg_side = part.partition_D(coords) if name == "load" else part.partition_S(coords)
                 seen[(name, t)] = ({tmem_side[i][0] for i in range(cute.size(tmem_side))},
                                    {reg_side[i][0] for i in range(cute.size(reg_side))})
 
@@ -200,3 +202,47 @@ def test_b04_loads_only_by_tma_with_expect_tx_equal_to_what_the_copies_deliver()
     assert [c.name for c in store_costs(step)] == ["P"]           # Q, K, V: no thread stores left
     tile = 2 * step.info.tile_m * step.info.head_dim                 # bytes of one bf16 tile
     assert sorted(set(sass.expect_tx_bytes(report.ptx.read_text()))) == [tile, 2 * tile]
+
+
+def test_b05_tmem_map_is_s0_s1_o0_o1_using_exactly_512_columns():
+    module = resolve("b05").module
+    tmem_map = module.INFO.extra["tmem_map"]
+    assert list(tmem_map) == ["S0", "S1", "O0", "O1"]
+    columns = [c for start, width in tmem_map.values() for c in range(start, start + width)]
+    assert sorted(columns) == list(range(512)) == list(range(module.TMEM_COLS))   # no gap, no overlap
+    # the offsets the kernel places its accumulators at are the map's
+    assert tuple(tmem_map[f"S{g}"][0] for g in range(2)) == module.TMEM_S_COL
+    assert tuple(tmem_map[f"O{g}"][0] for g in range(2)) == module.TMEM_O_COL
+
+
+def _kv_bytes_per_tile(step):
+    import cutlass
+    import cutlass.cute as cute
+
+    from ladder.contract import set_target_arch
+    set_target_arch(ARCH)
+    found = {}
+
+    @cute.jit
+    def measure():
+        _, sK, sVt, *_ = step.module.make_smem_layouts()
+        found["kv"] = cute.size_in_bytes(cutlass.BFloat16, sK) + cute.size_in_bytes(cutlass.BFloat16, sVt)
+
+    measure()
+    return int(found["kv"])
+
+
+def test_b05_halves_the_kv_bytes_per_query_row_of_b04():
+    """One K + V tile load per iteration serves every query row of the CTA: bytes per row = the
+    K + V tile bytes (from the layouts, and announced to the barrier: an expect-tx count in the
+    PTX) over the CTA's query rows."""
+    per_row = {}
+    for step_id in ("b04", "b05"):
+        step = resolve(step_id)
+        kv = _kv_bytes_per_tile(step)
+        assert kv in sass.expect_tx_bytes(_ptx(step))
+        per_row[step_id] = kv / step.info.tile_m
+    assert per_row == {"b04": 512, "b05": 256}
+    report = compile_step(resolve("b05"), ARCH)
+    assert report.threads_per_cta == 256                                   # two softmax warpgroups
+    assert report.sass.mechanisms["UTCHMMA"] == 2 * compile_step(resolve("b04"), ARCH).sass.mechanisms["UTCHMMA"]

@@ -52,3 +52,20 @@ def test_bad_seqlen_on_gpu_is_a_value_error(step, capability):
     q, k, v = workloads.make_qkv((1, step.info.tile_n + 8, 1, 128), seed=3)
     with pytest.raises(ValueError, match="seqlen"):
         step.module.attention(q, k, v)
+
+
+@pytest.mark.parametrize("step", STEPS, ids=step_id)
+def test_fraction_of_fa4_is_measured_side_by_side(step, capability):
+    """The step and stock FA4 timed in one process at the smallest bench seqlen, after its
+    numerics: the harness yields a fraction of FA4. Its value is the table's business (recorded
+    with provenance), not a pass/fail threshold in a unit test."""
+    require_gpu_for(step, capability)
+    from harness.measure import measure_step
+    from reference.stock import fa4_available
+    missing = fa4_available()
+    if missing:
+        pytest.skip(f"stock FA4 not importable here: {missing}")
+    row = measure_step(step.id, seqlens=workloads.BENCH_SEQLENS[:1])
+    assert row["numerics"] and all(n["passed"] for n in row["numerics"]), row["numerics"]
+    (bench,) = row["bench"]
+    assert bench["fraction"] > 0 and bench["step_tflops"] > 0 and bench["fa4_tflops"] > 0
