@@ -17,6 +17,7 @@ MECHANISMS: tuple[tuple[str, str, str], ...] = (
     ("HGMMA", r"HGMMA\b", "Hopper wgmma"),
     ("HGMMA.RS", r"(?!)", "wgmma, A operand from registers"),   # counted from operands, below
     ("UTCHMMA", r"UTC\w*MMA\b", "Blackwell tcgen05.mma"),
+    ("UTCHMMA.TS", r"(?!)", "tcgen05.mma, A operand from TMEM"),  # counted from operands, below
     ("UTCBAR", r"UTCBAR\b", "tcgen05.commit to an mbarrier"),
     ("LDTM", r"LDTM\b", "tensor memory -> registers"),
     ("STTM", r"STTM\b", "registers -> tensor memory"),
@@ -44,7 +45,9 @@ MECHANISMS: tuple[tuple[str, str, str], ...] = (
 _MECH_RE = tuple((name, re.compile(pat + r"(?:\..*)?")) for name, pat, _ in MECHANISMS)
 # Mechanisms told apart by operands, not opcode: ``HGMMA.64x128x16.F32.BF16 R88, R24, gdesc[UR8]``
 # reads A from registers (R24), the smem form ``HGMMA... R24, gdesc[UR8], R24`` from a descriptor.
-_OPERAND_RE = {"HGMMA.RS": re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+HGMMA\.\S+\s+R\d+,\s*R\d+,\s*gdesc", re.M)}
+_OPERAND_RE = {"HGMMA.RS": re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+HGMMA\.\S+\s+R\d+,\s*R\d+,\s*gdesc", re.M),
+               # tcgen05.mma's SASS lists A first: gdesc[..] from smem, tmem[..] from tensor memory
+               "UTCHMMA.TS": re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?UTC\w*MMA\S*\s+tmem\[", re.M)}
 _INSTR_RE = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", re.M)
 
 

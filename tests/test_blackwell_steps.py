@@ -40,6 +40,10 @@ def test_tmem_map_regions_are_disjoint_and_inside_the_allocation(step):
         assert start + width <= next_start, f"{step.id}: TMEM regions overlap: {regions}"
     start, width = regions[-1]
     assert start + width <= step.info.tmem_cols
+    # an alias (P over its S columns) lies inside the region it reuses
+    for name, (host, offset, cols) in step.info.extra.get("tmem_aliases", {}).items():
+        host_start, host_width = step.info.extra["tmem_map"][host]
+        assert 0 <= offset and offset + cols <= host_width, f"{step.id}: {name} leaves {host}"
 
 
 def warp_lane_violations(step, warp_of=lambda thread: thread // 32):
@@ -246,3 +250,19 @@ def test_b05_halves_the_kv_bytes_per_query_row_of_b04():
     report = compile_step(resolve("b05"), ARCH)
     assert report.threads_per_cta == 256                                   # two softmax warpgroups
     assert report.sass.mechanisms["UTCHMMA"] == 2 * compile_step(resolve("b04"), ARCH).sass.mechanisms["UTCHMMA"]
+
+
+def test_b06_p_v_reads_p_from_tmem_and_p_never_touches_smem():
+    """The fingerprint that tells b06 from b05: the P V tcgen05.mma takes its A operand from TMEM
+    (``[tmem]`` in the PTX, ``UTCHMMA tmem[..], gdesc[..]`` in the SASS) while S's stay smem-smem,
+    and no thread stores into shared memory any more (b05's only thread stores were P's)."""
+    from harness.smem_model import store_costs
+    before, after = (compile_step(resolve(s), ARCH) for s in ("b05", "b06"))
+    a_from_tmem = sass.umma_a_from_tmem(after.ptx.read_text())
+    assert a_from_tmem == [False] * 16 + [True] * 16                 # 16 S MMAs, then 16 P V MMAs
+    assert not any(sass.umma_a_from_tmem(before.ptx.read_text()))
+    assert after.sass.mechanisms["UTCHMMA.TS"] == 16 and before.sass.mechanisms["UTCHMMA.TS"] == 0
+    assert store_costs(resolve("b05")) and not store_costs(resolve("b06"))
+    # the 16 STS.128 of each thread's P row are gone; what remains is setup (TMEM address, mbarriers)
+    assert before.sass.mechanisms["STS"] - after.sass.mechanisms["STS"] == 16
+    assert "fence.proxy.async.shared::cta" not in after.ptx.read_text()

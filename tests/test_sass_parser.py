@@ -42,3 +42,34 @@ def test_register_a_wgmma_is_told_apart_by_its_operands():
 """
     m = mechanism_counts(Counter(_INSTR_RE.findall(text)), text)
     assert m["HGMMA"] == 3 and m["HGMMA.RS"] == 2
+
+
+def test_a_tmem_a_operand_tcgen05_mma_is_told_apart_by_its_operands():
+    text = """
+        /*2250*/                   UTCHMMA gdesc[UR66], gdesc[UR50], tmem[UR6], tmem[UR68], idesc[UR69], UR8, !UPT ;
+        /*8f90*/                   UTCHMMA tmem[UR5], gdesc[UR8], tmem[UR69], tmem[UR36], idesc[UR37], UR12, UPT ;
+        /*8fa0*/               @P0 UTCHMMA.2CTA tmem[UR5], gdesc[UR8], tmem[UR69], idesc[UR37], UPT ;
+"""
+    m = mechanism_counts(Counter(_INSTR_RE.findall(text)), text)
+    assert m["UTCHMMA"] == 3 and m["UTCHMMA.TS"] == 2
+
+
+def test_umma_descriptors_and_tmem_allocation_from_ptx():
+    from harness.sass import tmem_alloc_columns, umma_a_from_tmem, umma_descriptors
+    # K-major, no swizzle: LBO 2048 B, SBO 128 B, version 1; then a 128B-swizzled one (type 2)
+    none_k = (1 << 46) | ((128 >> 4) << 32) | ((2048 >> 4) << 16)
+    sw128 = (2 << 61) | (1 << 46) | ((1024 >> 4) << 32) | (1 << 16)
+    ptx = f"""
+	mov.b32 	%r46, 256;
+	tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 	[%r5], %r46;
+	or.b64 	%rd52, %rd96, {none_k};
+	add.s64 	%rd53, %rd95, {sw128};
+	tcgen05.mma.cta_group::1.kind::f16 [%r6], %rd52, %rd53, %r23, {{%r1, %r2, %r3, %r4}}, %p12;
+	tcgen05.mma.cta_group::1.kind::f16 [%r6], [%r9], %rd53, %r23, {{%r1, %r2, %r3, %r4}}, %p12;
+"""
+    assert tmem_alloc_columns(ptx) == [256]
+    assert umma_a_from_tmem(ptx) == [False, True]
+    found = [(d.operand, d.layout_name, d.leading_byte_offset, d.stride_byte_offset, d.version)
+             for d in umma_descriptors(ptx)]
+    assert found == [("A", "SWIZZLE_NONE (interleave)", 2048, 128, 1), ("B", "SWIZZLE_128B", 16, 1024, 1),
+                     ("B", "SWIZZLE_128B", 16, 1024, 1)]
