@@ -56,6 +56,8 @@ def warp_lane_violations(step, warp_of=lambda thread: thread // 32):
     from ladder.contract import set_target_arch
     set_target_arch(ARCH)
     module = step.module
+    # the warps that load/store TMEM (all of them until warp specialization; then the softmax ones)
+    tmem_warps = step.info.extra.get("tmem_warps", range(module.THREADS // 32))
     seen = {}
 
     @cute.jit
@@ -67,7 +69,7 @@ def warp_lane_violations(step, warp_of=lambda thread: thread // 32):
         load, store = module.make_row_copies(chunk0, module.TMEM_CHUNK)
         coords = cute.make_identity_tensor((module.TILE_M, module.TMEM_CHUNK))
         for copy, name in ((load, "load"), (store, "store")):
-            for t in (t for t in SAMPLE_THREADS if t < module.THREADS):
+            for t in (t for t in SAMPLE_THREADS if t // 32 in tmem_warps):
                 # The copies serve one 128-row tile; a CTA with more threads (a second Q tile)
                 # uses them with slice t % 128, in its own TMEM columns.
                 part = copy.get_slice(t % TMEM_LANES)
@@ -266,3 +268,21 @@ def test_b06_p_v_reads_p_from_tmem_and_p_never_touches_smem():
     # the 16 STS.128 of each thread's P row are gone; what remains is setup (TMEM address, mbarriers)
     assert before.sass.mechanisms["STS"] - after.sass.mechanisms["STS"] == 16
     assert "fence.proxy.async.shared::cta" not in after.ptx.read_text()
+
+
+def test_b07_warp_roles_are_warpgroup_aligned_and_cover_the_cta():
+    """Softmax warpgroups start at a multiple of 4 warps (so warp w's TMEM lane quarter, w % 4,
+    is its rows' quarter), the MMA and load warps are single warps of their own, and together the
+    roles are exactly the CTA's warps (320 threads in the launch metadata)."""
+    step = resolve("b07")
+    roles = step.info.extra["warp_roles"]
+    softmax = [warps for name, warps in roles.items() if name.startswith("softmax")]
+    assert len(softmax) == 2 and all(len(w) == 4 and w[0] % 4 == 0 for w in softmax)
+    assert len(roles["mma"]) == 1 and len(roles["load"]) == 1
+    every = [w for warps in roles.values() for w in warps]
+    assert sorted(every) == list(range(step.info.threads // 32)) and len(set(every)) == len(every)
+    assert set(step.info.extra["tmem_warps"]) == {w for warps in softmax for w in warps}
+    assert compile_step(step, ARCH).threads_per_cta == step.info.threads == 320
+    # no CTA barrier inside the loop any more: one after mbarrier init, one before TMEM dealloc
+    ptx = _ptx(step)
+    assert ptx.count("barrier.sync") + ptx.count("bar.sync") <= 2
