@@ -286,3 +286,20 @@ def test_b07_warp_roles_are_warpgroup_aligned_and_cover_the_cta():
     # no CTA barrier inside the loop any more: one after mbarrier init, one before TMEM dealloc
     ptx = _ptx(step)
     assert ptx.count("barrier.sync") + ptx.count("bar.sync") <= 2
+
+
+def test_b08_has_a_multi_stage_ring_within_the_smem_budget():
+    """Stage count > 1 (metadata, the constant the kernel uses); the shared-storage struct the
+    kernel allocates, evaluated on the CPU, holds the ring and stays within 227 KB; and every
+    expect-tx announces one stage (one K + V pair), never the whole ring."""
+    from harness.smem_budget import SM90_SMEM_PER_CTA, shared_storage_bytes
+    step, before = resolve("b08"), resolve("b07")
+    stages = step.info.extra["kv_stages"]
+    assert stages == step.module.NUM_STAGES > 1
+    ring = stages * 2 * 2 * step.info.tile_n * step.info.head_dim
+    size = shared_storage_bytes(step)
+    assert ring < size <= SM90_SMEM_PER_CTA
+    assert size - shared_storage_bytes(before) == ring // stages * (stages - 1)   # one more K/V stage
+    one_stage = 2 * 2 * step.info.tile_n * step.info.head_dim
+    kv_counts = set(sass.expect_tx_bytes(_ptx(step)))
+    assert kv_counts == {one_stage}          # the Q arrive (both Q tiles) is 64 KB too

@@ -6,19 +6,22 @@ wrong tile, no copy into a stage that is still being read. The kernels call the 
 import pytest
 
 from harness.pipeline_model import ProtocolError, replay, replay_many
-from harness.steps import track_steps
+from harness.steps import discover
 
-PIPELINED = [s for s in track_steps("hopper") if hasattr(s.module, "ring_position")]
+PIPELINED = [s for s in discover() if hasattr(s.module, "ring_position")]
 
 
 def _protocol(step):
+    """The step's own ring bookkeeping and the arrivals that free a stage: one per consumer warp
+    on Hopper, the MMA warp's single tcgen05.commit on Blackwell."""
     m = step.module
     stages = getattr(m, "NUM_STAGES", 1)
-    return m.ring_position, stages, dict(consumers=m.NUM_CONSUMER_WARPS, tile_bytes=2 * 2 * m.TILE_N * m.HEAD_DIM)
+    consumers = getattr(m, "NUM_CONSUMER_WARPS", None) or m.KV_EMPTY_ARRIVALS
+    return m.ring_position, stages, dict(consumers=consumers, tile_bytes=2 * 2 * m.TILE_N * m.HEAD_DIM)
 
 
 def test_the_warp_specialized_steps_are_covered():
-    assert {"h07", "h08"} <= {s.id for s in PIPELINED}
+    assert {"h07", "h08", "b07", "b08"} <= {s.id for s in PIPELINED}
 
 
 @pytest.mark.parametrize("step", PIPELINED, ids=lambda s: s.id)

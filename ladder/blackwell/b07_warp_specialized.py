@@ -51,6 +51,7 @@ MMA_WARP = SOFTMAX_WARPS           # warp 8: issues every tcgen05.mma and commit
 LOAD_WARP = SOFTMAX_WARPS + 1      # warp 9: issues every TMA copy
 NUM_WARPS = SOFTMAX_WARPS + 2
 THREADS = NUM_WARPS * 32
+KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the MMA warp's tcgen05.commit alone
 # Columns per tcgen05.ld/st of S or O. A register-allocation knob, not part of the algorithm: with
 # the second Q tile's addressing, 16 (b02-b04's) made ptxas hold the kernel to 128 registers and
 # spill; 32 needs ~190 and spills nothing (8 also fits, with twice the TMEM instructions).
@@ -150,6 +151,14 @@ def make_tma_loads(mQ, mK, mV, sQ_layout, sK_layout, sVt_layout):
     return (cpasync.make_tiled_tma_atom(load, q, cute.select(sQ_layout, mode=[0, 1]), (TILE_M, HEAD_DIM)),
             cpasync.make_tiled_tma_atom(load, k, sK_layout, (TILE_N, HEAD_DIM)),
             cpasync.make_tiled_tma_atom(load, vt, sVt_layout, (HEAD_DIM, TILE_N)))
+
+
+def ring_position(n_block):
+    """(stage, parity) of K/V tile j. One buffer: every tile uses stage 0, and kv_full completes
+    one phase per tile, so tile j is phase j, waited on with parity j % 2. The load warp waits for
+    the *previous* phase of kv_empty: the other parity. (tests/test_pipeline_protocol.py replays
+    this bookkeeping against a model of the mbarriers.)"""
+    return 0, n_block % 2
 
 
 def make_tiled_mmas(dtype):
@@ -253,8 +262,9 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         cute.arch.alloc_tmem(TMEM_COLS, storage.tmem_base)
         cute.arch.relinquish_tmem_alloc_permit()
         with cute.arch.elect_one():
-            for bar in (q_full, kv_full, kv_empty, o_full):
+            for bar in (q_full, kv_full, o_full):
                 cute.arch.mbarrier_init(bar, 1)
+            cute.arch.mbarrier_init(kv_empty, KV_EMPTY_ARRIVALS)
             for g in cutlass.range_constexpr(NUM_Q_TILES):
                 cute.arch.mbarrier_init(s_full + g, 1)
                 cute.arch.mbarrier_init(p_full + g, TILE_M)
@@ -291,10 +301,11 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         for g in cutlass.range_constexpr(NUM_Q_TILES):
             cute.copy(tma_Q, tQgQ[None, NUM_Q_TILES * m_block + g], tQsQ[None, g], tma_bar_ptr=q_full)
         for n_block in range(n_blocks):
+            _, parity = ring_position(n_block)
             # wait: the one K/V buffer is free. Pairs with the MMA warp's tcgen05.commit (its
-            # arrive) on kv_empty after the P V MMAs of tile j-1: phase j-1, parity (j+1) % 2. For
-            # j = 0 the fresh barrier's "previous phase" (parity 1) counts as complete.
-            cute.arch.mbarrier_wait(kv_empty, (n_block + 1) % 2)
+            # arrive) on kv_empty after the P V MMAs of tile j-1: phase j-1, parity ^ 1. For j = 0
+            # the fresh barrier's "previous phase" (parity 1) counts as complete.
+            cute.arch.mbarrier_wait(kv_empty, parity ^ 1)
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive_and_expect_tx(kv_full, kv_bytes)
             cute.copy(tma_K, tKgK[None, n_block], tKsK, tma_bar_ptr=kv_full)
@@ -316,9 +327,10 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         # wait: both Q tiles landed (pairs with the load warp's expect-tx arrive; phase 0, parity 0).
         cute.arch.mbarrier_wait(q_full, 0)
         for n_block in range(n_blocks):
+            _, parity = ring_position(n_block)
             # wait: K_j, V_j landed. Pairs with the load warp's expect-tx arrive (and the TMA's
             # bytes) on kv_full: one phase per tile, parity j % 2.
-            cute.arch.mbarrier_wait(kv_full, n_block % 2)
+            cute.arch.mbarrier_wait(kv_full, parity)
             tcgen05_fence_after_thread_sync()
             # S_g = Q_g K^T, then a commit to s_full[g]. A commit covers every MMA this thread
             # issued before it, so it also tells softmax g that tile j-1's P_g V is done.
