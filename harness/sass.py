@@ -197,6 +197,31 @@ def umma_a_from_tmem(ptx: str) -> list[bool]:
     return [a.startswith("[") for a, _ in _UMMA_RE.findall(ptx)]
 
 
+_UMMA_TMEM_RE = re.compile(r"tcgen05\.mma\.[^\[;]*\[(%r\d+)\]\s*,\s*(?:\[(%r\d+)\])?")
+
+
+def umma_tmem_addresses(ptx: str) -> list[tuple[str, str | None, int]]:
+    """(operand, base register, column offset) of every TMEM operand of every tcgen05.mma: the
+    accumulator D, and A when it comes from TMEM. An address built as ``add.s32 %r, %base, imm``
+    has that base; one that is a bare immediate (``mov.b32 %r, imm``) has base None: it assumes
+    the allocation starts at TMEM address 0."""
+    adds = {r: (base, int(imm)) for r, base, imm in
+            re.findall(r"add\.s32\s+(%r\d+),\s*(%r\d+),\s*(-?\d+);", ptx)}
+    movs = {r: int(imm) for r, imm in re.findall(r"mov\.[bu]32\s+(%r\d+),\s*(-?\d+);", ptx)}
+    found = []
+    for d, a in _UMMA_TMEM_RE.findall(ptx):
+        for operand, reg in (("D", d), ("A", a)):
+            if not reg:
+                continue
+            if reg in adds:
+                found.append((operand, *adds[reg]))
+            elif reg in movs:
+                found.append((operand, None, movs[reg]))
+            else:
+                found.append((operand, reg, 0))          # the base register itself
+    return found
+
+
 def tmem_alloc_columns(ptx: str) -> list[int]:
     """The column count of every ``tcgen05.alloc`` in ``ptx`` (an immediate or a register set
     from one)."""

@@ -303,3 +303,21 @@ def test_b08_has_a_multi_stage_ring_within_the_smem_budget():
     one_stage = 2 * 2 * step.info.tile_n * step.info.head_dim
     kv_counts = set(sass.expect_tx_bytes(_ptx(step)))
     assert kv_counts == {one_stage}          # the Q arrive (both Q tiles) is 64 KB too
+
+
+@pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
+def test_every_mma_addresses_tmem_from_the_allocated_base(step):
+    """Each tcgen05.mma's TMEM operands (the accumulator, and P's A operand from b06 on) are the
+    address tcgen05.alloc returned plus a column offset, never a bare constant: a constant only
+    works while the allocation happens to start at column 0 (a review found P V's A operand built
+    that way in b06-b08's first version). The offsets are the TMEM map's."""
+    addresses = sass.umma_tmem_addresses(_ptx(step))
+    assert addresses and len({base for _, base, _ in addresses}) == 1
+    assert None not in {base for _, base, _ in addresses}, "a TMEM address built from a constant"
+    tmem_map = step.info.extra["tmem_map"]
+    assert {off for operand, _, off in addresses if operand == "D"} == {start for start, _ in tmem_map.values()}
+    aliases = step.info.extra.get("tmem_aliases", {})
+    for operand, _, off in addresses:
+        if operand == "A":
+            assert any(tmem_map[host][0] + lo <= off < tmem_map[host][0] + lo + cols
+                       for host, lo, cols in aliases.values()), f"{step.id}: A at column {off}"

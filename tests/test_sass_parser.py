@@ -73,3 +73,18 @@ def test_umma_descriptors_and_tmem_allocation_from_ptx():
              for d in umma_descriptors(ptx)]
     assert found == [("A", "SWIZZLE_NONE (interleave)", 2048, 128, 1), ("B", "SWIZZLE_128B", 16, 1024, 1),
                      ("B", "SWIZZLE_128B", 16, 1024, 1)]
+
+
+def test_tmem_operand_addresses_tell_a_based_address_from_a_bare_immediate():
+    from harness.sass import umma_tmem_addresses
+    ptx = """
+	ld.shared.b32 	%r14, [%r1+131096];
+	add.s32 	%r17, %r14, 384;
+	add.s32 	%r31, %r14, 168;
+	mov.b32 	%r40, 168;
+	tcgen05.mma.cta_group::1.kind::f16 [%r17], [%r31], %rd38, %r42, {%r1, %r2, %r3, %r4}, %p1;
+	tcgen05.mma.cta_group::1.kind::f16 [%r17], [%r40], %rd38, %r42, {%r1, %r2, %r3, %r4}, %p1;
+	tcgen05.mma.cta_group::1.kind::f16 [%r14], %rd52, %rd53, %r23, {%r1, %r2, %r3, %r4}, %p2;
+"""
+    assert umma_tmem_addresses(ptx) == [("D", "%r14", 384), ("A", "%r14", 168), ("D", "%r14", 384),
+                                        ("A", None, 168), ("D", "%r14", 0)]

@@ -43,7 +43,9 @@ NUM_WARPS = 4          # 4 warps x 32 lanes = the 128 TMEM lanes, one thread per
 THREADS = NUM_WARPS * 32
 COPY_BITS = 128        # one synchronous global->smem copy per thread moves 16 bytes = 8 bf16
 ELEMS_PER_COPY = COPY_BITS // 16
-TMEM_CHUNK = 16        # columns per tcgen05.ld/st of S or O (16 registers; 32 made ptxas cap at 128 and spill)
+# Columns per tcgen05.ld/st of S or O (16 registers). With 32, ptxas held the kernel to 128
+# registers and spilled.
+TMEM_CHUNK = 16
 
 # TMEM: fp32 S (TILE_N columns) then fp32 O (HEAD_DIM columns). Allocations are powers of two.
 TMEM_S_COL = 0
@@ -299,7 +301,8 @@ def kernel(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
         for c in cutlass.range_constexpr(num_chunks_S):
             cute.copy(thr_load, chunk(tS_ld, c), r_chunk)
             cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld: r_chunk is valid
-            m_new = cute.arch.fmax(r_chunk.load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0), m_new)
+            chunk_max = r_chunk.load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0)
+            m_new = cute.arch.fmax(chunk_max, m_new)
         # exp(scale * (m_old - m_new)); the first tile has m_old = -inf, so this is 0.
         rescale = cute.math.exp((row_max - m_new) * softmax_scale)
         row_max = m_new

@@ -6,7 +6,10 @@ Memory Accelerator reads a whole tile from global memory and writes it into shar
 128B-swizzled layout b03 chose (the TMA descriptor carries the same swizzle). Completion is counted
 in bytes on an mbarrier: the issuing thread arrives with ``expect_tx`` = the tile's byte count, the
 TMA's writes count it down, and every thread waits for the barrier's phase. The CTA barrier and
-proxy fence that published the threads' stores before the S MMAs go with them. This is an *enabler*.
+proxy fence that published the threads' stores before the S MMAs go with them. Without that
+barrier, b03's one MMA mbarrier (completing twice per tile) could run two phases ahead of a slow
+warp, so the S and the P V MMAs now complete on mbarriers of their own (s_done, o_done), one
+phase per tile each. This is an *enabler*.
 
 Why: a synchronous copy costs every thread registers and issue slots, and stalls all of them on
 their own loads. TMA takes address generation and the copy off the SM's threads, and it is the
@@ -39,7 +42,9 @@ HEAD_DIM = 128
 MMA_K = 16             # bf16 tcgen05.mma consumes 16 of the reduction dim per instruction
 NUM_WARPS = 4          # 4 warps x 32 lanes = the 128 TMEM lanes, one thread per query row
 THREADS = NUM_WARPS * 32
-TMEM_CHUNK = 16        # columns per tcgen05.ld/st of S or O (16 registers; 32 made ptxas cap at 128 and spill)
+# Columns per tcgen05.ld/st of S or O (16 registers). With 32, ptxas held the kernel to 128
+# registers and spilled.
+TMEM_CHUNK = 16
 
 # TMEM: fp32 S (TILE_N columns) then fp32 O (HEAD_DIM columns). Allocations are powers of two.
 TMEM_S_COL = 0
@@ -98,10 +103,14 @@ def make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout, sP_layout):
         sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sVt_layout)], SMEM_ALIGN]
         sP: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sP_layout)], SMEM_ALIGN]
         # mbarriers. q_full: Q landed (used once, phase 0). kv_full: K and V of the current tile
-        # landed. mma_done: tcgen05.commit arrives here when the MMAs issued before it completed.
+        # landed. s_done, o_done: the tcgen05.commit after the S MMAs, after the P V MMAs (one
+        # barrier each, so each completes once per tile: with one barrier completing twice per
+        # tile, a warp still waiting for P V of tile j could see S of tile j+1 complete first,
+        # now that no CTA barrier separates the tiles, and wait forever on the wrong parity).
         q_full: cute.struct.MemRange[cutlass.Int64, 1]
         kv_full: cute.struct.MemRange[cutlass.Int64, 1]
-        mma_done: cute.struct.MemRange[cutlass.Int64, 1]
+        s_done: cute.struct.MemRange[cutlass.Int64, 1]
+        o_done: cute.struct.MemRange[cutlass.Int64, 1]
         # tcgen05.alloc writes the TMEM base address here.
         tmem_base: cutlass.Int32
     return SharedStorage
@@ -209,7 +218,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     sVt = storage.sV.get_tensor(sVt_layout.outer, swizzle=sVt_layout.inner)   # (D, TILE_N): B of P V
     sP = storage.sP.get_tensor(sP_layout.outer, swizzle=sP_layout.inner)
     q_full, kv_full = storage.q_full.data_ptr(), storage.kv_full.data_ptr()
-    mma_done = storage.mma_done.data_ptr()
+    s_done, o_done = storage.s_done.data_ptr(), storage.o_done.data_ptr()
 
     # Warp 0 allocates TMEM (a warp-wide instruction; the base address lands in smem) and gives up
     # the right to allocate more, so a CTA resident beside this one can allocate too; one thread
@@ -221,7 +230,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         with cute.arch.elect_one():
             cute.arch.mbarrier_init(q_full, 1)
             cute.arch.mbarrier_init(kv_full, 1)
-            cute.arch.mbarrier_init(mma_done, 1)
+            cute.arch.mbarrier_init(s_done, 1)
+            cute.arch.mbarrier_init(o_done, 1)
     cute.arch.mbarrier_init_fence()
     cute.arch.sync_threads()
     tmem_base = cute.arch.retrieve_tmem_ptr(cutlass.Float32, 16, storage.tmem_base)
@@ -282,7 +292,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
 
     for n_block in range(n_blocks):
         # K_j and V_j by TMA into sK, sV. No barrier first: the issuing thread has itself waited
-        # (below, on mma_done) for the P V MMAs of the previous tile, the last readers of sK, sV.
+        # (below, on o_done) for the P V MMAs of the previous tile, the last readers of sK, sV.
         if warp_idx == 0:
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive_and_expect_tx(kv_full, kv_bytes)
@@ -294,18 +304,18 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         cute.arch.mbarrier_wait(kv_full, n_block % 2)
 
         # S = Q K^T: 8 MMAs (one per 16 of the head dim), the first overwriting S. Warp 0 issues
-        # them (the compiler elects one thread), then tcgen05.commit: mma_done's next phase
-        # completes when they have all finished.
+        # them (the compiler elects one thread), then tcgen05.commit to s_done: its next
+        # phase completes when they have all finished.
         if warp_idx == 0:
             tcgen05_fence_after_thread_sync()
             for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                 tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
                 cute.gemm(tiled_mma, tStS, tSrQ[None, None, kb], tSrK[None, None, kb], tStS)
             with cute.arch.elect_one():
-                tcgen05.commit(mma_done)
-        # wait: S is in TMEM. Pairs with the arrive of warp 0's tcgen05.commit after the S MMAs;
-        # mma_done completes twice per tile, S first: phase 2j, parity 0.
-        cute.arch.mbarrier_wait(mma_done, 0)
+                tcgen05.commit(s_done)
+        # wait: S is in TMEM. Pairs with the arrive of warp 0's tcgen05.commit after the S MMAs on
+        # s_done: one phase per tile, parity j % 2.
+        cute.arch.mbarrier_wait(s_done, n_block % 2)
         tcgen05_fence_after_thread_sync()
 
         # Online softmax on this thread's row (TMEM lane tidx), same formulas as h02; the row is
@@ -314,7 +324,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         for c in cutlass.range_constexpr(num_chunks_S):
             cute.copy(thr_load, chunk(tS_ld, c), r_chunk)
             cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld: r_chunk is valid
-            m_new = cute.arch.fmax(r_chunk.load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0), m_new)
+            chunk_max = r_chunk.load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0)
+            m_new = cute.arch.fmax(chunk_max, m_new)
         # exp(scale * (m_old - m_new)); the first tile has m_old = -inf, so this is 0.
         rescale = cute.math.exp((row_max - m_new) * softmax_scale)
         row_max = m_new
@@ -347,17 +358,17 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         cute.arch.sync_threads()
 
         # O += P V: 8 MMAs (one per 16 keys), accumulating onto the rescaled O (overwriting it on
-        # the first tile). Commit: mma_done's next phase completes when they have finished.
+        # the first tile). Commit to o_done: its next phase completes when they have finished.
         if warp_idx == 0:
             tcgen05_fence_after_thread_sync()
             for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
                 tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_block > 0 or kb != 0)
                 cute.gemm(tiled_mma_pv, tOtO, tOrP[None, None, kb], tOrVt[None, None, kb], tOtO)
             with cute.arch.elect_one():
-                tcgen05.commit(mma_done)
-        # wait: P V done. Pairs with the arrive of warp 0's second tcgen05.commit of the tile:
-        # phase 2j + 1, parity 1. After it sK, sV, sP may be overwritten and O read.
-        cute.arch.mbarrier_wait(mma_done, 1)
+                tcgen05.commit(o_done)
+        # wait: P V done. Pairs with the arrive of warp 0's tcgen05.commit after the P V MMAs on
+        # o_done: one phase per tile, parity j % 2. After it sK, sV, sP may be overwritten and O read.
+        cute.arch.mbarrier_wait(o_done, n_block % 2)
         tcgen05_fence_after_thread_sync()
 
     # Epilogue: O / rowsum, chunk by chunk from TMEM, to bf16, stored from registers to this

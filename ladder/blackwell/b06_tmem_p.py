@@ -112,10 +112,14 @@ def make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout):
         sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], SMEM_ALIGN]
         sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sVt_layout)], SMEM_ALIGN]
         # mbarriers. q_full: Q landed (used once, phase 0). kv_full: K and V of the current tile
-        # landed. mma_done: tcgen05.commit arrives here when the MMAs issued before it completed.
+        # landed. s_done, o_done: the tcgen05.commit after the S MMAs, after the P V MMAs (one
+        # barrier each, so each completes once per tile: with one barrier completing twice per
+        # tile, a warp still waiting for P V of tile j could see S of tile j+1 complete first,
+        # now that no CTA barrier separates the tiles, and wait forever on the wrong parity).
         q_full: cute.struct.MemRange[cutlass.Int64, 1]
         kv_full: cute.struct.MemRange[cutlass.Int64, 1]
-        mma_done: cute.struct.MemRange[cutlass.Int64, 1]
+        s_done: cute.struct.MemRange[cutlass.Int64, 1]
+        o_done: cute.struct.MemRange[cutlass.Int64, 1]
         # tcgen05.alloc writes the TMEM base address here.
         tmem_base: cutlass.Int32
     return SharedStorage
@@ -123,8 +127,9 @@ def make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout):
 
 def make_tma_loads(mQ, mK, mV, sQ_layout, sK_layout, sVt_layout):
     """TMA atoms (descriptor + smem layout, swizzle included) and the coordinate tensors they
-    index; Q's atom loads one Q tile (one of sQ's tiles). A TMA box is described with the contiguous mode first, so Q and K are viewed as
-    (seqlen, d, heads, batch) and V as (d, seqlen, heads, batch): V's smem tile is (D, keys)."""
+    index; Q's atom loads one Q tile (one of sQ's tiles). A TMA box is described with the
+    contiguous mode first, so Q and K are viewed as (seqlen, d, heads, batch) and V as
+    (d, seqlen, heads, batch): V's smem tile is (D, keys)."""
     q = cute.make_tensor(mQ.iterator, cute.select(mQ.layout, mode=[1, 3, 2, 0]))
     k = cute.make_tensor(mK.iterator, cute.select(mK.layout, mode=[1, 3, 2, 0]))
     vt = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[3, 1, 2, 0]))
@@ -227,7 +232,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
     sVt = storage.sV.get_tensor(sVt_layout.outer, swizzle=sVt_layout.inner)   # (D, TILE_N): B of P V
     q_full, kv_full = storage.q_full.data_ptr(), storage.kv_full.data_ptr()
-    mma_done = storage.mma_done.data_ptr()
+    s_done, o_done = storage.s_done.data_ptr(), storage.o_done.data_ptr()
 
     # Warp 0 allocates TMEM (a warp-wide instruction; the base address lands in smem) and gives up
     # the right to allocate more, so a CTA resident beside this one can allocate too; one thread
@@ -239,7 +244,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         with cute.arch.elect_one():
             cute.arch.mbarrier_init(q_full, 1)
             cute.arch.mbarrier_init(kv_full, 1)
-            cute.arch.mbarrier_init(mma_done, 1)
+            cute.arch.mbarrier_init(s_done, 1)
+            cute.arch.mbarrier_init(o_done, 1)
     cute.arch.mbarrier_init_fence()
     cute.arch.sync_threads()
     tmem_base = cute.arch.retrieve_tmem_ptr(cutlass.Float32, 16, storage.tmem_base)
@@ -268,11 +274,13 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     tOtO = tiled_mma_pv.make_fragment_C(tiled_mma_pv.partition_shape_C((TILE_M, HEAD_DIM)))
     tStS = [cute.make_tensor(tmem_base + TMEM_S_COL[g], tStS.layout) for g in range(NUM_Q_TILES)]
     tOtO = [cute.make_tensor(tmem_base + TMEM_O_COL[g], tOtO.layout) for g in range(NUM_Q_TILES)]
-    # P_g, the A operand of O_g += P_g V, in TMEM over S_g's first P_COLS columns. The fragment's
-    # iterator counts bf16 elements, two per 32-bit column.
+    # P_g, the A operand of O_g += P_g V, in TMEM over S_g's first P_COLS columns. make_fragment_A
+    # gives the operand's layout but a tensor at TMEM address 0, so it is re-based on the
+    # allocated base, viewed as bf16: the pointer then counts bf16 elements, two per column.
     tOrP = tiled_mma_pv.make_fragment_A(thr_mma_pv.partition_A(cute.make_tensor(tmem_base, tP_layout)))
+    p_base = cute.arch.retrieve_tmem_ptr(dtype, 16, storage.tmem_base)
     bf16_per_col = cutlass.Float32.width // dtype.width
-    tOrP = [cute.make_tensor(tOrP.iterator + TMEM_S_COL[g] * bf16_per_col, tOrP.layout)
+    tOrP = [cute.make_tensor(p_base + TMEM_S_COL[g] * bf16_per_col, tOrP.layout)
             for g in range(NUM_Q_TILES)]
 
     # TMEM <-> registers, TMEM_CHUNK columns of this thread's row per tcgen05.ld/st, for S and O
@@ -306,8 +314,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     r_p = cute.make_tensor(cute.recast_ptr(r_p_cols.iterator, dtype=dtype), r_chunk.layout)
     num_chunks_S, num_chunks_O = TILE_N // TMEM_CHUNK, HEAD_DIM // TMEM_CHUNK
 
-    def chunk(t, c):
-        return cute.make_tensor(t.iterator + c * TMEM_CHUNK, t.layout)
+    def chunk(t, c, width=TMEM_CHUNK):
+        return cute.make_tensor(t.iterator + c * width, t.layout)
 
     row_max = -cutlass.Float32.inf
     row_sum = cutlass.Float32(0.0)
@@ -326,7 +334,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
 
     for n_block in range(n_blocks):
         # K_j and V_j by TMA into sK, sV. No barrier first: the issuing thread has itself waited
-        # (below, on mma_done) for the P V MMAs of the previous tile, the last readers of sK, sV.
+        # (below, on o_done) for the P V MMAs of the previous tile, the last readers of sK, sV.
         if warp_idx == 0:
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive_and_expect_tx(kv_full, kv_bytes)
@@ -339,7 +347,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
 
         # S_g = Q_g K^T for both Q tiles: 8 MMAs each (one per 16 of the head dim), the first
         # overwriting S_g; both read the same sK. Warp 0 issues them (the compiler elects one
-        # thread), then one tcgen05.commit: mma_done's next phase completes when all 16 finished.
+        # thread), then one tcgen05.commit to s_done: its next phase completes when all 16 finished.
         if warp_idx == 0:
             tcgen05_fence_after_thread_sync()
             for g in cutlass.range_constexpr(NUM_Q_TILES):
@@ -347,10 +355,10 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                     tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
                     cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb], tStS[g])
             with cute.arch.elect_one():
-                tcgen05.commit(mma_done)
-        # wait: S0 and S1 are in TMEM. Pairs with the arrive of warp 0's tcgen05.commit after the
-        # S MMAs; mma_done completes twice per tile, S first: phase 2j, parity 0.
-        cute.arch.mbarrier_wait(mma_done, 0)
+                tcgen05.commit(s_done)
+        # wait: S0 and S1 are in TMEM. Pairs with the arrive of warp 0's tcgen05.commit after the S MMAs on
+        # s_done: one phase per tile, parity j % 2.
+        cute.arch.mbarrier_wait(s_done, n_block % 2)
         tcgen05_fence_after_thread_sync()
 
         # Online softmax on this thread's row (TMEM lane `row` of S_g), same formulas as h02; the row is
@@ -359,7 +367,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         for c in cutlass.range_constexpr(num_chunks_S):
             cute.copy(thr_load, chunk(tS_ld, c), r_chunk)
             cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld: r_chunk is valid
-            m_new = cute.arch.fmax(r_chunk.load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0), m_new)
+            chunk_max = r_chunk.load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0)
+            m_new = cute.arch.fmax(chunk_max, m_new)
         # exp(scale * (m_old - m_new)); the first tile has m_old = -inf, so this is 0.
         rescale = cute.math.exp((row_max - m_new) * softmax_scale)
         row_max = m_new
@@ -373,7 +382,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             p = cute.math.exp((r_chunk.load() - m_new) * softmax_scale)
             tile_sum += p.reduce(cute.ReductionOp.ADD, 0.0, 0)
             r_p.store(p.to(dtype))
-            cute.copy(thr_store_p, r_p_cols, cute.make_tensor(tP_st.iterator + c * (TMEM_CHUNK // 2), tP_st.layout))
+            cute.copy(thr_store_p, r_p_cols, chunk(tP_st, c, TMEM_CHUNK // 2))
         row_sum = row_sum * rescale + tile_sum
 
         # O *= rescale in TMEM, one chunk at a time (load, scale, store). On the first tile O
@@ -395,7 +404,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         # O_g += P_g V for both Q tiles: 8 TS-MMAs each (one per 16 keys; A = P_g from TMEM),
         # accumulating onto the rescaled O_g (overwriting it on the first tile); both read the
         # same sV. Commit:
-        # mma_done's next phase completes when all 16 have finished.
+        # o_done's next phase completes when all 16 have finished.
         if warp_idx == 0:
             tcgen05_fence_after_thread_sync()
             for g in cutlass.range_constexpr(NUM_Q_TILES):
@@ -403,10 +412,11 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                     tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_block > 0 or kb != 0)
                     cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb], tOtO[g])
             with cute.arch.elect_one():
-                tcgen05.commit(mma_done)
-        # wait: P V done. Pairs with the arrive of warp 0's second tcgen05.commit of the tile:
-        # phase 2j + 1, parity 1. After it sK, sV and the S/P columns may be overwritten and O read.
-        cute.arch.mbarrier_wait(mma_done, 1)
+                tcgen05.commit(o_done)
+        # wait: P V done. Pairs with the arrive of warp 0's tcgen05.commit after the P V MMAs on
+        # o_done: one phase per tile, parity j % 2. After it sK, sV and the S/P columns may be
+        # overwritten and O read.
+        cute.arch.mbarrier_wait(o_done, n_block % 2)
         tcgen05_fence_after_thread_sync()
 
     # Epilogue: O / rowsum, chunk by chunk from TMEM, to bf16, stored from registers to this

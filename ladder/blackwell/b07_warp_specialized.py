@@ -142,8 +142,9 @@ def make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout):
 
 def make_tma_loads(mQ, mK, mV, sQ_layout, sK_layout, sVt_layout):
     """TMA atoms (descriptor + smem layout, swizzle included) and the coordinate tensors they
-    index; Q's atom loads one Q tile (one of sQ's tiles). A TMA box is described with the contiguous mode first, so Q and K are viewed as
-    (seqlen, d, heads, batch) and V as (d, seqlen, heads, batch): V's smem tile is (D, keys)."""
+    index; Q's atom loads one Q tile (one of sQ's tiles). A TMA box is described with the
+    contiguous mode first, so Q and K are viewed as (seqlen, d, heads, batch) and V as
+    (d, seqlen, heads, batch): V's smem tile is (D, keys)."""
     q = cute.make_tensor(mQ.iterator, cute.select(mQ.layout, mode=[1, 3, 2, 0]))
     k = cute.make_tensor(mK.iterator, cute.select(mK.layout, mode=[1, 3, 2, 0]))
     vt = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[3, 1, 2, 0]))
@@ -317,11 +318,13 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         tSrQ = tiled_mma.make_fragment_A(thr_mma.partition_A(sQ))
         tSrK = tiled_mma.make_fragment_B(thr_mma.partition_B(sK))
         tOrVt = tiled_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))
-        # P_g, the A operand of O_g += P_g V, in TMEM over S_g's first P_COLS columns. The
-        # fragment's iterator counts bf16 elements, two per 32-bit column.
+        # P_g, the A operand of O_g += P_g V, in TMEM over S_g's first P_COLS columns. make_fragment_A
+        # gives the operand's layout but a tensor at TMEM address 0, so it is re-based on the
+        # allocated base, viewed as bf16: the pointer then counts bf16 elements, two per column.
         tOrP = tiled_mma_pv.make_fragment_A(thr_mma_pv.partition_A(cute.make_tensor(tmem_base, tP_layout)))
+        p_base = cute.arch.retrieve_tmem_ptr(dtype, 16, storage.tmem_base)
         bf16_per_col = cutlass.Float32.width // dtype.width
-        tOrP = [cute.make_tensor(tOrP.iterator + TMEM_S_COL[g] * bf16_per_col, tOrP.layout)
+        tOrP = [cute.make_tensor(p_base + TMEM_S_COL[g] * bf16_per_col, tOrP.layout)
                 for g in range(NUM_Q_TILES)]
 
         # wait: both Q tiles landed (pairs with the load warp's expect-tx arrive; phase 0, parity 0).
@@ -409,7 +412,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             for c in cutlass.range_constexpr(num_chunks_S):
                 cute.copy(thr_load, chunk(tS_ld, c), r_chunk)
                 cute.arch.fence_view_async_tmem_load()   # tcgen05.wait::ld: r_chunk is valid
-                m_new = cute.arch.fmax(r_chunk.load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0), m_new)
+                chunk_max = r_chunk.load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0)
+                m_new = cute.arch.fmax(chunk_max, m_new)
             # exp(scale * (m_old - m_new)); the first tile has m_old = -inf, so this is 0.
             rescale = cute.math.exp((row_max - m_new) * softmax_scale)
             row_max = m_new
