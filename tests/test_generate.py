@@ -118,3 +118,20 @@ def test_profiles_block_lines_up_recorded_profiles_and_skips_stale_ones(tmp_path
     data["profiles"]["h02"]["code_sha256"] = "0" * 64                     # h02 edited since
     (tmp_path / "h200.json").write_text(__import__("json").dumps(data))
     assert "no current profile of h02" in generate.profiles_block("01", "h02")
+
+
+def test_a_registers_only_difference_is_not_stale_but_any_other_is(tmp_path):
+    """ptxas may allocate a different register count for the same PTX from run to run: the
+    registers row alone must not make a writeup stale (or CI would flake); any other row must."""
+    doc = tmp_path / "doc.md"
+    block = "<!-- ladder:begin sass b03 b02 -->\n" + generate.render("sass b03 b02") + "<!-- ladder:end -->\n"
+    doc.write_text(block)
+    assert not generate.refresh(doc, write=False)
+    regs = re.sub(r"(\| registers / thread\s*\|\s*)(\d+)", lambda m: m.group(1) + str(int(m.group(2)) + 10), block)
+    assert regs != block
+    doc.write_text(regs)
+    assert not generate.refresh(doc, write=False)
+    mma = re.sub(r"(\| `UTCHMMA` [^|]*\|\s*)(\d+)", lambda m: m.group(1) + str(int(m.group(2)) + 1), block)
+    assert mma != block
+    doc.write_text(mma)
+    assert generate.refresh(doc, write=False)

@@ -403,8 +403,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
 
         # O_g += P_g V for both Q tiles: 8 TS-MMAs each (one per 16 keys; A = P_g from TMEM),
         # accumulating onto the rescaled O_g (overwriting it on the first tile); both read the
-        # same sV. Commit:
-        # o_done's next phase completes when all 16 have finished.
+        # same sV. Commit to o_done: its next phase completes when all 16 have finished.
         if warp_idx == 0:
             tcgen05_fence_after_thread_sync()
             for g in cutlass.range_constexpr(NUM_Q_TILES):

@@ -339,6 +339,9 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             tcgen05_fence_after_thread_sync()
             # S_g = Q_g K^T, then a commit to s_full[g]. A commit covers every MMA this thread
             # issued before it, so it also tells softmax g that tile j-1's P_g V is done.
+            # With the ring, K_j may already be here while tile j-1's P_g V MMAs are still
+            # running: S_g then overwrites the columns they read P_g from, and only the issue
+            # order of one thread's tcgen05.mma keeps the read first (as in FA4; see the writeup).
             for g in cutlass.range_constexpr(NUM_Q_TILES):
                 for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                     tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
