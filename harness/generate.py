@@ -296,26 +296,14 @@ def checks_block() -> str:
 
 
 def render(spec: str) -> str:
+    """One generated block from its spec: the kind, then its arguments (``sass b03 b02``)."""
     kind, *args = spec.split()
-    if kind == "results":
-        return results_block(*args)
-    if kind == "sass":
-        return sass_block(*args)
-    if kind == "table":
-        return table_block(*args)
-    if kind == "profile":
-        return profile_block(*args)
-    if kind == "profiles":
-        return profiles_block(*args)
-    if kind == "compare":
-        return compare_block(*args)
-    if kind == "experiments":
-        return experiments_block(*args)
-    if kind == "checks":
-        return checks_block()
-    if kind == "stock":
-        return stock_block()
-    raise ValueError(f"unknown generated block kind {kind!r}")
+    blocks = {"results": results_block, "sass": sass_block, "table": table_block,
+              "profile": profile_block, "profiles": profiles_block, "compare": compare_block,
+              "experiments": experiments_block, "checks": checks_block, "stock": stock_block}
+    if kind not in blocks:
+        raise ValueError(f"unknown generated block kind {kind!r}")
+    return blocks[kind](*args)
 
 
 def documents() -> list[Path]:
