@@ -20,7 +20,7 @@ STEP    ?= 01
 AGAINST ?=
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: install test run gpu-test table sass diff selfcheck sanitize writeups clean
+.PHONY: install lint test test-fast run gpu-test table sass diff selfcheck sanitize writeups clean
 
 install: $(NEEDS)
 
@@ -37,8 +37,14 @@ $(STAMP): pyproject.toml
 	fi
 	@touch $(STAMP)
 
+lint: install            ## ruff (rules and version in pyproject.toml)
+	$(PY) -m ruff check .
+
 test: install            ## all tests: CPU compile/SASS proof always, GPU tests where the arch matches
 	$(PY) -m pytest -q
+
+test-fast: install       ## every test but the slow ones, on every core
+	$(PY) -m pytest -q -m "not slow" -n auto
 
 run: install             ## the main job: measured table on a GPU; compile/SASS table + recorded results on CPU
 	$(LADDER) table

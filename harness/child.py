@@ -15,8 +15,6 @@ def main(argv: list[str]) -> int:
     try:
         if job == "measure":
             payload = measure.measure_step(step_id)
-        elif job == "measure-no-numerics":
-            payload = measure.measure_step(step_id, numerics=False)
         elif job == "selfcheck":
             payload = measure.selfcheck_step(step_id)
         elif job == "stock":

@@ -16,7 +16,8 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from harness import results
-from harness.steps import ROOT, Step, discover, predecessor, resolve, track_steps
+from harness.paths import ROOT
+from harness.steps import Step, discover, predecessor, resolve, track_steps
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
 DEFAULT_TIMEOUT = 900.0
@@ -38,12 +39,19 @@ def _runnable(step: Step, cap) -> str | None:
 def _recorded_summary(step: Step) -> str:
     if step.variant and not step.experiment:
         return "(variant: never recorded)"
+    from harness.generate import NOT_RUN_B200, measured_on
+    from ladder.contract import ARCH_CAPABILITY
     rows = results.latest_for(step.id, section="experiments" if step.experiment else "rows")
-    parts = [f"{gpu}: {row['hmean']:.3f}" + (" (stale: code changed since measured)" if results.is_stale(step, row) else "")
-             for gpu, row in rows.items() if row.get("hmean") is not None]
-    info = step.info
-    if "sm_100a" in info.archs and "b200" not in rows and not step.variant:
-        parts.append("b200: not yet run")
+    parts = []
+    for gpu, row in rows.items():
+        if row.get("hmean") is None:
+            continue
+        reason = results.stale_reason(step, row)
+        s = results.summarize(row)
+        span = f" ({s['hmean_range'][0]:.3f}-{s['hmean_range'][1]:.3f})" if s["repeats"] > 1 else ""
+        parts.append(f"{gpu}: {s['hmean']:.3f}{span}" + (f" (stale: {reason})" if reason else ""))
+    if "sm_100a" in step.info.archs and not measured_on(rows, ARCH_CAPABILITY["sm_100a"]) and not step.variant:
+        parts.append(NOT_RUN_B200)
     return ", ".join(parts) or "—"
 
 
@@ -204,7 +212,10 @@ def _measure(step: Step, job: str, timeout: float, sanitizer=None):
 
 
 def cmd_run(args) -> int:
+    from harness.ladder_run import check_recordable, file_outcome, measure
     step = resolve(args.step)
+    if args.record:
+        check_recordable(step)          # before anything runs, on any machine
     cap, name = _gpu()
     arch = _runnable(step, cap)
     if arch is None:
@@ -216,29 +227,17 @@ def cmd_run(args) -> int:
             code |= _sass_table(step, a, None)
         console.print(f"last recorded fraction of FA4 (h-mean): {_recorded_summary(step)}")
         return code
-    if args.record and step.variant:
-        raise ValueError(f"{step.id} is a variant file, not a ladder step: its results are not recorded")
-    res = _measure(step, "measure", args.timeout)
+    with console.status(f"{step.id}: measure in a child process (timeout {args.timeout:.0f} s)..."):
+        outcome = measure(step, timeout=args.timeout)
+    res = outcome.runs[-1]
     console.print(f"{name}: child finished in {res.seconds:.0f} s ({res.status})")
-    if res.payload and res.payload.get("numerics"):
-        ok = _print_measured(step, res.payload)
-    else:
-        ok = False
-    if res.error:
-        console.print(f"[red]{res.error}[/red]")
+    ok = bool(outcome.row and outcome.row.get("numerics")) and _print_measured(step, outcome.row)
+    if outcome.error:
+        console.print(f"[red]{outcome.error}[/red]")
         return 1
-    if args.record and ok:
-        results.record(Path(args.record), {step.id: res.payload})
-        console.print(f"recorded into {args.record}")
+    if args.record and (label := file_outcome(Path(args.record), outcome)):
+        console.print(f"recorded {label} into {args.record}")
     return 0 if ok else 1
-
-
-def _diagnostic(step: Step) -> bool:
-    """An experiment that computes wrong answers on purpose (harness/experiments.py)."""
-    if not step.experiment:
-        return False
-    from harness import experiments
-    return experiments.get(step.experiment).diagnostic
 
 
 def _select(args) -> list[Step]:
@@ -277,6 +276,24 @@ def _cpu_table(steps: list[Step]) -> int:
     return code
 
 
+TABLE_HEADERS = ["step", "change", "4k", "8k", "16k", "h-mean", "vs prev", "FA4 TFLOP/s", "numerics"]
+
+
+def _table_cells(outcomes) -> list[list[str]]:
+    """One row of cells per measured step, in order; "vs prev" compares with the row above."""
+    from harness.generate import ladder_cells
+    cells, prev = [], None
+    for o in outcomes:
+        if o.error:
+            cells.append([o.step.id, o.step.info.change, *[""] * 6, f"ERROR: {o.error[:60]}"])
+            prev = None
+            continue
+        fa4 = " / ".join(f"{b['fa4_tflops']:.0f}" for b in o.row["bench"])
+        cells.append([o.step.id, o.step.info.change, *ladder_cells(o.summary, prev), fa4, o.numerics])
+        prev = o.summary
+    return cells
+
+
 def cmd_table(args) -> int:
     steps = _select(args)
     cap, name = _gpu()
@@ -288,69 +305,47 @@ def cmd_table(args) -> int:
         console.print(f"not runnable on {name} (other arch): {', '.join(skipped)}")
     from rich.progress import Progress
 
-    from harness.isolate import run_job
-    rows, failures, measured, experiment_rows = {}, [], {}, {}
-    table = Table(title=f"attention-ladder on {name}: fraction of stock FA4 (same process)")
-    for col in ("step", "change", "4k", "8k", "16k", "h-mean", "vs prev", "FA4 TFLOP/s", "numerics"):
-        table.add_column(col)
-    prev = None
+    from harness.ladder_run import run_ladder
     with Progress(console=console) as progress:
         task = progress.add_task("ladder", total=len(runnable) + (1 if args.stock else 0))
-        for step in runnable:
-            progress.update(task, description=f"{step.id}: compile, numerics, timing")
-            res = run_job("measure", step.spec, timeout=args.timeout)
-            progress.advance(task)
-            if res.error or not res.payload:
-                failures.append(f"{step.id}: {res.error}")
-                table.add_row(step.id, step.info.change, *([""] * 4), "", "", f"[red]{(res.error or '')[:60]}[/red]")
-                prev = None
-                continue
-            summary = results.summarize(res.payload)
-            wrong_by_design = _diagnostic(step)
-            if not summary["numerics_passed"] and not wrong_by_design:
-                failures.append(f"{step.id}: numerics failed")
-            fr, h = summary["fractions"], summary["hmean"]
-            vs = f"{(h / prev - 1) * 100:+.0f}%" if prev and h else ""
-            table.add_row(step.id, step.info.change, *(f"{fr.get(s, 0):.3f}" for s in ("4096", "8192", "16384")),
-                          f"{h:.3f}", vs, " / ".join(f"{b['fa4_tflops']:.0f}" for b in res.payload["bench"]),
-                          "[green]pass[/green]" if summary["numerics_passed"]
-                          else "[yellow]wrong by design[/yellow]" if wrong_by_design else "[red]FAIL[/red]")
-            prev = h
-            measured[step.id] = res.payload
-            if step.experiment and (summary["numerics_passed"] or wrong_by_design):
-                experiment_rows[step.experiment] = res.payload
-            if summary["numerics_passed"] and not step.variant:
-                rows[step.id] = res.payload
-                if args.record:           # as each row is measured: a long run cut short keeps them
-                    results.record(Path(args.record), {step.id: res.payload})
-        stock = None
-        if args.stock:
-            progress.update(task, description="stock FA4 vs cuDNN and FA2")
-            res = run_job("stock", "-", timeout=args.timeout)
-            stock = res.payload if res.status == "ok" else None
-            progress.advance(task)
+
+        started = []
+
+        def on_step(what):
+            progress.update(task, description=what, advance=1 if started else 0)
+            started.append(what)
+
+        run = run_ladder(runnable, gpu=name, timeout=args.timeout, repeat=args.repeat,
+                         record=Path(args.record) if args.record else None,
+                         baseline=Path(args.baseline) if args.baseline else None, tolerance=args.tolerance,
+                         stock=args.stock, on_step=on_step)
+    title = f"attention-ladder on {name}: fraction of stock FA4 (same process" + (
+        f"; median of {args.repeat} processes, h-mean min-max in parentheses)" if args.repeat > 1 else ")")
+    table = Table(title=title)
+    for col in TABLE_HEADERS:
+        table.add_column(col)
+    colour = {"pass": "green", "FAIL": "red", "wrong by design": "yellow"}
+    for row in _table_cells(run.outcomes):
+        style = colour.get(row[-1], "red")
+        table.add_row(*row[:-1], f"[{style}]{row[-1]}[/{style}]")
     console.print(table)
-    if stock:
+    if run.stock:
         console.print("context: " + ", ".join(f"{b['seqlen']}: FA4 {b['fa4_tflops']:.0f}, cuDNN {b['cudnn_tflops']:.0f}, "
-                                               f"FA2 {b['fa2_tflops']:.0f} TFLOP/s"
-                                               for b in stock["bench"]))
+                                               f"FA2 {b['fa2_tflops']:.0f} TFLOP/s" for b in run.stock["bench"]))
     if args.json:
-        Path(args.json).write_text(json.dumps(measured, indent=1))
-    if args.record and stock:
-        results.record(Path(args.record), {}, stock)
-    if args.record and (rows or stock):
-        console.print(f"recorded {', '.join(rows) or 'stock'} into {args.record}")
-    if args.record and experiment_rows:
-        from harness import experiments
-        for exp_name, payload in experiment_rows.items():
-            results.record_experiment(Path(args.record), experiments.get(exp_name), payload)
-        console.print(f"recorded experiments {', '.join(experiment_rows)} into {args.record}")
-    if args.baseline:
-        regressed = results.regressions(measured, results.load(Path(args.baseline)), args.tolerance)
-        failures += [f"regression {r}" for r in regressed]
-    for f in failures:
-        console.print(f"[red]{f}[/red]")
-    return 1 if failures else 0
+        Path(args.json).write_text(json.dumps(run.measured_rows(), indent=1))
+    if args.markdown:
+        from harness.generate import markdown_table
+        with open(args.markdown, "a") as f:
+            f.write(f"### {title}\n\n{markdown_table(_table_cells(run.outcomes), TABLE_HEADERS)}\n\n")
+            f.writelines(f"- {line}\n" for line in run.notes + run.failures)
+    if run.recorded:
+        console.print(f"recorded {', '.join(run.recorded)} into {args.record}")
+    for note in run.notes:
+        console.print(f"[yellow]{note}[/yellow]")
+    for failure in run.failures:
+        console.print(f"[red]{failure}[/red]")
+    return run.exit_code
 
 
 def cmd_selfcheck(args) -> int:
@@ -438,7 +433,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tolerance", type=float, default=0.05)
     s.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="per step, seconds")
     s.add_argument("--stock", action="store_true", help="also time FA4 against cuDNN and FA2 (context rows)")
+    s.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="measure each step in N child processes; show median and min-max (recorded ladder: 3)")
     s.add_argument("--json", metavar="FILE", help="write the measured rows here too")
+    s.add_argument("--markdown", metavar="FILE", help="append the table as Markdown (e.g. $GITHUB_STEP_SUMMARY)")
     s.set_defaults(fn=cmd_table)
     s = sub.add_parser("selfcheck", help="every runnable step at tiny shapes, each in a child with a timeout")
     s.add_argument("--steps", help="comma-separated step ids (default: every runnable step)")

@@ -15,15 +15,17 @@ from pathlib import Path
 from tabulate import tabulate
 
 from harness import experiments, results
-from harness.steps import ROOT, resolve, track_steps
+from harness.paths import ROOT
+from harness.steps import resolve, track_steps
+from ladder.contract import ARCH_CAPABILITY
 
 BLOCK = re.compile(r"(<!-- ladder:begin ([^>]*?) -->\n)(.*?)(<!-- ladder:end -->)", re.S)
 NOT_RUN_B200 = "compiled, not yet run on a B200"
-STALE = "changed since measured: to be re-measured"
+STALE = "to be re-measured"    # a record whose fingerprint differs from the kernel's now
 SEQ_LABEL = {"4096": "4k", "8192": "8k", "16384": "16k"}
 
 
-def _md(rows, headers) -> str:
+def markdown_table(rows, headers) -> str:
     """A GitHub Markdown table; cells are shown exactly as formatted here."""
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
@@ -32,38 +34,68 @@ def _fmt(x, digits=3):
     return "—" if x is None else f"{x:.{digits}f}"
 
 
+def _with_range(value, span, digits=3) -> str:
+    """'0.618 (0.611-0.627)': a median and its min-max over processes; a single process shows
+    its value alone."""
+    if value is None:
+        return "—"
+    if not span or span[0] == span[1]:
+        return _fmt(value, digits)
+    return f"{_fmt(value, digits)} ({_fmt(span[0], digits)}-{_fmt(span[1], digits)})"
+
+
+def ladder_cells(summary: dict, prev: dict | None) -> list[str]:
+    """The measured cells of one ladder row (results.summarize of it): the median fraction at each
+    bench seqlen, the h-mean with its range over processes, and the change from the previous
+    row, marked when the two rows' ranges overlap."""
+    fr, h = summary["fractions"], summary["hmean"]
+    vs = ""
+    if prev and prev.get("hmean") and h:
+        vs = f"{(h / prev['hmean'] - 1) * 100:+.0f}%"
+        if results.within_noise(summary, prev):
+            vs += " (within noise)"
+    return [*(_fmt(fr.get(s)) for s in SEQ_LABEL), _with_range(h, summary.get("hmean_range")), vs]
+
+
 def _gpu_label(row):
     p = row.get("provenance", {})
     return f"{p.get('gpu', '?')}, {p.get('date', '?')[:10]}"
+
+
+def measured_on(rows: dict, capability) -> bool:
+    return any(tuple(r.get("provenance", {}).get("capability") or ()) == capability for r in rows.values())
 
 
 def results_block(step_id: str) -> str:
     step = resolve(step_id)
     rows = results.latest_for(step.id)
     out = []
-    stale = [gpu for gpu, row in rows.items() if results.is_stale(step, row)]
-    if stale:
-        out.append(f"The kernel file {step.path.relative_to(ROOT).as_posix()} has {STALE} "
-                   f"(its recorded result measured an earlier version).")
-        rows = {gpu: row for gpu, row in rows.items() if gpu not in stale}
+    stale = {gpu: results.stale_reason(step, row) for gpu, row in rows.items() if results.is_stale(step, row)}
+    for gpu, reason in stale.items():
+        out.append(f"The {gpu} result of {step.path.relative_to(ROOT).as_posix()} is {STALE}: {reason} "
+                   "since it was measured.")
+    rows = {gpu: row for gpu, row in rows.items() if gpu not in stale}
     if rows:
         table = []
-        for gpu, row in rows.items():
-            fr = row.get("fractions", {})
-            table.append([_gpu_label(row), *(_fmt(fr.get(s)) for s in SEQ_LABEL), _fmt(row.get("hmean")),
+        for row in rows.values():
+            s = results.summarize(row)
+            table.append([_gpu_label(row), *(_with_range(s["fractions"][q], s["fraction_ranges"][q]) for q in SEQ_LABEL),
+                          _with_range(s["hmean"], s["hmean_range"]), str(s["repeats"]),
                           " / ".join(f"{b['step_tflops']:.0f}" for b in row.get("bench", [])),
                           " / ".join(f"{b['fa4_tflops']:.0f}" for b in row.get("bench", [])),
-                          "pass" if row.get("numerics_passed") else "FAIL"])
-        out.append(_md(table, ["GPU, date", "4k", "8k", "16k", "h-mean",
-                                            "step TFLOP/s (4k/8k/16k)", "FA4 TFLOP/s", "numerics"]))
+                          "pass" if s["numerics_passed"] else "FAIL"])
+        out.append(markdown_table(table, ["GPU, date", "4k", "8k", "16k", "h-mean", "processes",
+                               "step TFLOP/s (4k/8k/16k)", "FA4 TFLOP/s", "numerics"]))
         out.append("")
         out.append("Fractions of stock FlashAttention-4, timed side by side in one process "
-                   "(batch*seqlen = 16k, 16 heads, hdim 128, bf16, non-causal; L2 flushed; median).")
-        for gpu, row in rows.items():
+                   "(batch*seqlen = 16k, 16 heads, hdim 128, bf16, non-causal; L2 flushed; median of each "
+                   "process's timings). With several processes: the median over processes and, in "
+                   "parentheses, their min-max; TFLOP/s are medians over processes.")
+        for row in rows.values():
             p = row["provenance"]
             out.append(f"Recorded by `{p['command']}` on {p['gpu']} (driver {p.get('driver')}), torch "
                        f"{p['torch']}, nvidia-cutlass-dsl {p['cutlass_dsl']}, flash-attn-4 {p['flash_attn_4']}.")
-    if "sm_100a" in step.info.archs and "b200" not in rows:
+    if "sm_100a" in step.info.archs and not measured_on(rows, ARCH_CAPABILITY["sm_100a"]):
         out.append(f"B200 (sm_100a): {NOT_RUN_B200}.")
     if not out:
         out.append("No recorded results yet.")
@@ -91,51 +123,76 @@ def sass_block(step_id: str, against: str | None = None) -> str:
     table.append(["smem bytes / CTA", *(s.info.smem_bytes for s, _ in columns)])
     if any(s.info.tmem_cols for s, _ in columns):
         table.append(["TMEM columns / CTA", *(s.info.tmem_cols or 0 for s, _ in columns)])
-    return _md([[str(c) for c in r] for r in table], headers) + "\n"
+    return markdown_table([[str(c) for c in r] for r in table], headers) + "\n"
+
+
+def _files_for(track: str) -> dict[str, dict]:
+    """The results files (GPU key -> contents) measured on a GPU that runs ``track``'s own steps."""
+    capabilities = {c for s in track_steps(track) if s.track == track for c in s.info.capabilities}
+    return {gpu: data for gpu, data in results.all_recorded().items() if results.capability(data) in capabilities}
 
 
 def table_block(track: str) -> str:
-    recorded = results.all_recorded()
-    gpu = "h200" if track == "hopper" else "b200"
-    data = recorded.get(gpu, {"rows": {}})
-    table, prev = [], None
+    """The ladder table of ``track``, one per GPU that has a results file for it (found, not
+    named: an H100's or a B200's file shows up the day it is recorded)."""
+    files = _files_for(track)
+    if not files:
+        missing = NOT_RUN_B200 if track == "blackwell" else "not yet measured"
+        table = [[_step_link(s), _change(s), missing, "", "", "", ""] for s in track_steps(track)]
+        return markdown_table(table, LADDER_HEADERS) + "\n"
+    return "\n".join(_gpu_table(track, data) for data in files.values())
+
+
+LADDER_HEADERS = ["step", "change", "4k", "8k", "16k", "h-mean", "vs prev"]
+
+
+def _step_link(step) -> str:
+    return f"[{step.id}]({step.writeup.relative_to(ROOT).as_posix()})"
+
+
+def _change(step) -> str:
+    return step.info.change + (" *(enabler)*" if step.info.enabler else "")
+
+
+def _gpu_table(track: str, data: dict) -> str:
+    table, prev, measured = [], None, []
     for step in track_steps(track):
         row = data["rows"].get(step.id)
-        name = f"[{step.id}]({step.writeup.relative_to(ROOT).as_posix()})"
-        change = step.info.change + (" *(enabler)*" if step.info.enabler else "")
         if row and results.is_stale(step, row):
-            table.append([name, change, STALE, "", "", "", ""])
+            table.append([_step_link(step), _change(step), f"{STALE}: {results.stale_reason(step, row)}",
+                          "", "", "", ""])
             prev = None
         elif row:
-            fr = row.get("fractions", {})
-            h = row.get("hmean")
-            vs = f"{(h / prev - 1) * 100:+.0f}%" if prev and h else ""
-            table.append([name, change, *(_fmt(fr.get(s)) for s in SEQ_LABEL), _fmt(h), vs])
-            prev = h
+            summary = results.summarize(row)
+            table.append([_step_link(step), _change(step), *ladder_cells(summary, prev)])
+            prev = summary
+            measured.append(row)
         else:
-            missing = NOT_RUN_B200 if track == "blackwell" else "not yet measured"
-            table.append([name, change, missing, "", "", "", ""])
+            table.append([_step_link(step), _change(step), "not yet measured", "", "", "", ""])
             prev = None
-    text = _md(table, ["step", "change", "4k", "8k", "16k", "h-mean", "vs prev"]) + "\n"
-    measured = [r for s in track_steps(track) if (r := data["rows"].get(s.id)) and not results.is_stale(s, r)]
+    text = markdown_table(table, LADDER_HEADERS) + "\n"
     if measured:
         fa4 = {}
         for r in measured:
-            for b in r.get("bench", []):
-                fa4.setdefault(str(b["seqlen"]), []).append(b["fa4_tflops"])
-        span = ", ".join(f"{SEQ_LABEL[s]}: " + (f"{min(v):.0f}" if len(v) == 1 else f"{min(v):.0f}-{max(v):.0f}")
-                         for s, v in fa4.items())
-        p = measured[-1]["provenance"]
-        text += (f"\nFractions of stock FA4 measured in the same process on {p['gpu']}; FA4's own TFLOP/s "
-                 f"in those processes: {span}. Dates: "
-                 f"{min(r['provenance']['date'][:10] for r in measured)} to "
-                 f"{max(r['provenance']['date'][:10] for r in measured)}.\n")
+            for run in r.get("runs") or [results.run_of(r)]:
+                for seqlen, tflops in run["fa4_tflops"].items():
+                    fa4.setdefault(seqlen, []).append(tflops)
+        span = ", ".join(f"{label}: " + (f"{min(v):.0f}" if len(v) == 1 else f"{min(v):.0f}-{max(v):.0f}")
+                         for s, label in SEQ_LABEL.items() if (v := fa4.get(s)))
+        repeats = sorted({results.summarize(r)["repeats"] for r in measured})
+        dates = sorted(r["provenance"]["date"][:10] for r in measured)
+        text += (f"\nFractions of stock FA4 measured in the same process on {measured[-1]['provenance']['gpu']}, "
+                 f"each step in {' or '.join(map(str, repeats))} separate process{'es' if repeats != [1] else ''}: "
+                 "the seqlen columns are medians over processes, h-mean is each process's harmonic mean "
+                 "(median, and min-max in parentheses); \"within noise\" marks a change smaller than the "
+                 f"two rows' ranges. FA4's own TFLOP/s in those processes: {span}. "
+                 f"Dates: {dates[0]} to {dates[-1]}.\n")
     return text
 
 
 def stock_block() -> str:
     lines = []
-    for gpu, data in results.all_recorded().items():
+    for data in results.all_recorded().values():
         stock = data.get("stock")
         if not stock:
             continue
@@ -146,14 +203,14 @@ def stock_block() -> str:
                  for b in stock["bench"]]
         p = stock["provenance"]
         lines.append(f"{p['gpu']}, {p['date'][:10]} (`{p['command']}`):\n")
-        lines.append(_md(table, ["seqlen", "FA4 TFLOP/s", "cuDNN TFLOP/s", "cuDNN / FA4",
+        lines.append(markdown_table(table, ["seqlen", "FA4 TFLOP/s", "cuDNN TFLOP/s", "cuDNN / FA4",
                                  *(("FA2 TFLOP/s", "FA2 / FA4") if with_fa2 else ())]) + "\n")
     return "\n".join(lines) if lines else "No recorded results yet.\n"
 
 
 def _current_profile(data: dict, step_id: str):
     """(step, profile) recorded in one results file, or (step, None) if absent; a profile of an
-    earlier version of the step's code comes back as the string "stale"."""
+    earlier version of the kernel (results.stale_reason) comes back as the string "stale"."""
     step = resolve(step_id)
     prof = data.get("profiles", {}).get(step.id)
     if prof and results.is_stale(step, prof):
@@ -182,15 +239,16 @@ def _profile_rows(metrics: dict, stall_names=None) -> list[tuple[str, str]]:
 
 def profile_block(step_id: str) -> str:
     lines = []
-    for gpu, data in results.all_recorded().items():
+    for data in results.all_recorded().values():
         step, prof = _current_profile(data, step_id)
         if not prof:
             continue
         if prof == "stale":
-            lines.append(f"The recorded profile of {step.id} is of an earlier version of its code: to be re-profiled.\n")
+            lines.append(f"The recorded profile of {step.id} measured another version of the kernel (its "
+                         "fingerprint differs): to be re-profiled.\n")
             continue
         p = prof["provenance"]
-        lines.append(_md([list(r) for r in _profile_rows(prof["metrics"])], ["counter", "value"]))
+        lines.append(markdown_table([list(r) for r in _profile_rows(prof["metrics"])], ["counter", "value"]))
         lines.append(f"\nseqlen {prof['seqlen']} (bench shape), {p['gpu']}, {p['date'][:10]}, `{p['command']}`.\n")
     return "\n".join(lines) if lines else "No recorded profile yet.\n"
 
@@ -213,7 +271,7 @@ def profiles_block(*step_ids: str) -> str:
             names += [r for r, _ in stall_reasons(prof["metrics"]) if r not in names]
         columns = [_profile_rows(prof["metrics"], names) for _, prof in found]
         table = [[label, *(col[i][1] for col in columns)] for i, (label, _) in enumerate(columns[0])]
-        lines.append(_md(table, ["counter", *(f"{step.id}" for step, _ in found)]))
+        lines.append(markdown_table(table, ["counter", *(f"{step.id}" for step, _ in found)]))
         seqlens = sorted({prof["seqlen"] for _, prof in found})
         dates = sorted({prof["provenance"]["date"][:10] for _, prof in found})
         lines.append(f"\nseqlen {', '.join(map(str, seqlens))} (bench shape), {found[0][1]['provenance']['gpu']}, "
@@ -227,7 +285,7 @@ def experiments_block(base: str) -> str:
     step's own recorded h-mean. Each row is its own process, so compare h-means, not TFLOP/s."""
     base_id = resolve(base).id
     lines = []
-    for gpu, data in results.all_recorded().items():
+    for data in results.all_recorded().values():
         found = {n: r for n, r in data.get("experiments", {}).items() if r.get("base") == base_id
                  and not (n in experiments.EXPERIMENTS and results.is_stale(resolve(f"exp:{n}"), r))}
         if not found:
@@ -246,7 +304,7 @@ def experiments_block(base: str) -> str:
                           "pass" if row.get("numerics_passed") else "FAIL"])
         dates = sorted({r["provenance"]["date"][:10] for r in found.values()})
         commands = sorted({r["provenance"]["command"] for r in found.values()})
-        lines.append(_md(table, ["experiment", "what it asks", "h-mean (fraction of FA4)", f"vs {base_id}", "numerics"]))
+        lines.append(markdown_table(table, ["experiment", "what it asks", "h-mean (fraction of FA4)", f"vs {base_id}", "numerics"]))
         lines.append(f"\n{next(iter(found.values()))['provenance']['gpu']}, {', '.join(dates)}; "
                      f"{'; '.join(f'`{c}`' for c in commands)}. See any edit with `ladder diff {base_id} exp:<name>`.\n")
     return "\n".join(lines) if lines else "No recorded experiments yet.\n"
@@ -258,7 +316,7 @@ def _recorded_hmean(name: str) -> tuple[float | None, str]:
     step = resolve(name)
     section = "experiments" if step.experiment else "rows"
     stale = False
-    for gpu, data in results.all_recorded().items():
+    for data in results.all_recorded().values():
         row = data.get(section, {}).get(step.id)
         if row and results.is_stale(step, row):
             stale = True
@@ -278,7 +336,7 @@ def compare_block(a: str, b: str) -> str:
 def checks_block() -> str:
     """Which steps passed `ladder selfcheck`, plain and under each compute-sanitizer tool."""
     lines = []
-    for gpu, data in results.all_recorded().items():
+    for data in results.all_recorded().values():
         for tool, entry in sorted(data.get("selfcheck", {}).items()):
             what = "selfcheck" if tool == "none" else f"compute-sanitizer {tool}"
             current = {s: e for s, e in entry.items() if not results.is_stale(resolve(s), e)}

@@ -11,7 +11,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from harness.steps import ROOT
+from harness.paths import ROOT
+
+
+def child_env() -> dict:
+    """The environment of a child process: this one's, with the checkout first on PYTHONPATH so
+    ``python -m harness...`` finds the same code however the parent was started."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
 
 @dataclass
@@ -24,8 +30,8 @@ class ChildResult:
 
     def sanitizer_reports(self, limit: int = 20) -> list[str]:
         """compute-sanitizer's own report lines (no stack frames), first ``limit`` of them."""
-        lines = [l for l in self.log.splitlines()
-                 if l.startswith("========= ") and "Host Frame" not in l and l.strip("= ")]
+        lines = [line for line in self.log.splitlines()
+                 if line.startswith("========= ") and "Host Frame" not in line and line.strip("= ")]
         return lines[:limit]
 
     @property
@@ -50,7 +56,7 @@ def run_job(job: str, step_id: str, *, timeout: float, sanitizer: str | None = N
             # host-side probes are not kernel errors; a failed launch still raises in the child.
             cmd = ["compute-sanitizer", f"--tool={sanitizer}", "--error-exitcode=3",
                    "--report-api-errors", "no", *cmd]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        env = child_env()
         start = time.perf_counter()
         with open(log_path, "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env,

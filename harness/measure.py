@@ -29,8 +29,7 @@ def check_numerics(step: Step, cases=workloads.NUMERICS_CASES, seed: int = 0) ->
     return rows
 
 
-def measure_step(step_id: str, seqlens=workloads.BENCH_SEQLENS, *, numerics: bool = True,
-                 seed: int = 1234) -> dict:
+def measure_step(step_id: str, seqlens=workloads.BENCH_SEQLENS, *, seed: int = 1234) -> dict:
     import torch
 
     from harness.provenance import collect
@@ -40,14 +39,13 @@ def measure_step(step_id: str, seqlens=workloads.BENCH_SEQLENS, *, numerics: boo
 
     step = resolve(step_id)
     result = {"step": step.id, "provenance": collect(), "numerics": [], "bench": [],
-              "code_sha256": step.code_sha256}
+              "fingerprint": step.fingerprint}
     start = time.perf_counter()
     q, k, v = workloads.make_qkv(workloads.NUMERICS_CASES[0].shape_for(step.info), seed=seed)
     step.module.attention(q, k, v)                 # first call compiles
     torch.cuda.synchronize()
     result["first_call_seconds"] = time.perf_counter() - start
-    if numerics:
-        result["numerics"] = check_numerics(step, seed=seed)
+    result["numerics"] = check_numerics(step, seed=seed)
     missing = fa4_available()
     if missing:
         result["error"] = missing
@@ -57,15 +55,13 @@ def measure_step(step_id: str, seqlens=workloads.BENCH_SEQLENS, *, numerics: boo
         shape = workloads.bench_shape(seqlen)
         q, k, v = workloads.make_qkv(shape, seed=seed + seqlen)
         out = step.module.attention(q, k, v)
-        if numerics:
-            # Every batch and head, a random subset of query rows: each row depends on all of K/V.
-            rows = torch.randperm(seqlen, generator=torch.Generator().manual_seed(seqlen))[:workloads.SAMPLED_ROWS]
-            rows = rows.sort().values.to(q.device)
-            check = check_output(out, q, k, v, rows=rows)
-            result["numerics"].append(_numerics_row(f"bench {seqlen}", shape, check, workloads.SAMPLED_ROWS))
+        # Every batch and head, a random subset of query rows: each row depends on all of K/V.
+        rows = workloads.sampled_rows(seqlen, workloads.SAMPLED_ROWS, seed=seqlen).to(q.device)
+        check = check_output(out, q, k, v, rows=rows)
+        result["numerics"].append(_numerics_row(f"bench {seqlen}", shape, check, workloads.SAMPLED_ROWS))
         del out
-        ms = timer.compare({"step": lambda: step.module.attention(q, k, v),
-                            "fa4": lambda: fa4_attention(q, k, v)})
+        ms = timer.compare({"step": lambda q=q, k=k, v=v: step.module.attention(q, k, v),
+                            "fa4": lambda q=q, k=k, v=v: fa4_attention(q, k, v)})
         flops = workloads.attention_flops(shape)
         result["bench"].append({
             "seqlen": seqlen, "shape": list(shape),
@@ -87,9 +83,9 @@ def measure_stock(seqlens=workloads.BENCH_SEQLENS, seed: int = 99) -> dict:
     for seqlen in seqlens:
         shape = workloads.bench_shape(seqlen)
         q, k, v = workloads.make_qkv(shape, seed=seed + seqlen)
-        ms = timer.compare({"fa4": lambda: fa4_attention(q, k, v),
-                            "cudnn": lambda: cudnn_attention(q, k, v),
-                            "fa2": lambda: fa2_attention(q, k, v)})
+        ms = timer.compare({"fa4": lambda q=q, k=k, v=v: fa4_attention(q, k, v),
+                            "cudnn": lambda q=q, k=k, v=v: cudnn_attention(q, k, v),
+                            "fa2": lambda q=q, k=k, v=v: fa2_attention(q, k, v)})
         flops = workloads.attention_flops(shape)
         rows.append({"seqlen": seqlen, "fa4_tflops": flops / ms["fa4"] / 1e9,
                      "cudnn_tflops": flops / ms["cudnn"] / 1e9, "cudnn_fraction": ms["fa4"] / ms["cudnn"],

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
 import shutil
 import subprocess
 import sys
 
-from harness.steps import ROOT
+from harness.isolate import child_env
+from harness.paths import ROOT
 
 METRICS = {
     "gpu__time_duration.sum": "kernel time (ns)",
@@ -54,9 +54,8 @@ def profile(step_spec: str, seqlen: int = 4096, timeout: float = 600) -> dict:
     cmd = [ncu, "--clock-control", "none", "--csv", "--page", "raw", "--kernel-name", "regex:kernel_cutlass_kernel",
            "--launch-count", "1", "--metrics", ",".join(METRICS), "--section", STALL_SECTION,
            sys.executable, "-m", "harness.profile", step_spec, str(seqlen)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
-    lines = [l for l in out.stdout.splitlines() if l.startswith('"')]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=child_env(), timeout=timeout)
+    lines = [line for line in out.stdout.splitlines() if line.startswith('"')]
     if out.returncode != 0 or len(lines) < 3:
         raise RuntimeError(f"ncu failed ({out.returncode}): {(out.stdout + out.stderr)[-2000:]}")
     rows = list(csv.reader(io.StringIO("\n".join(lines))))
@@ -73,7 +72,7 @@ def profile(step_spec: str, seqlen: int = 4096, timeout: float = 600) -> dict:
     from harness.steps import resolve
     step = resolve(step_spec)
     return {"step": step.id, "seqlen": seqlen, "metrics": metrics, "provenance": collect(),
-            "code_sha256": step.code_sha256}
+            "fingerprint": step.fingerprint}
 
 
 def stall_reasons(metrics: dict, top: int = 6) -> list[tuple[str, float]]:

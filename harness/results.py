@@ -1,18 +1,20 @@
-"""Recorded results: one JSON file per GPU kind (results/h200.json, results/b200.json, ...).
+"""Recorded results: one JSON file per GPU kind, results/<gpu-key>.json (h200.json, b200.json, ...),
+found by listing the folder: a new GPU's file is picked up the day it is recorded.
 
-A file maps step id -> the row its child process measured (numerics, side-by-side timings against
-FA4, provenance). Rows merge in, so a long ladder can be recorded over several calls.
+A file maps step id -> the row its child processes measured (numerics, side-by-side timings against
+FA4, provenance, fingerprint, and with ``--repeat`` every process's fractions). Rows merge in, so a
+long ladder can be recorded over several calls.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import statistics
 from pathlib import Path
 
-from harness.steps import ROOT
+from harness.paths import RESULTS
 
-RESULTS = ROOT / "results"
 SCHEMA = 1
 
 
@@ -27,11 +29,74 @@ def harmonic_mean(values) -> float | None:
     return len(values) / sum(1.0 / v for v in values) if values else None
 
 
+def run_of(payload: dict) -> dict:
+    """One child process's measurement, reduced to what a row keeps of every process."""
+    bench = payload.get("bench", [])
+    fractions = {str(b["seqlen"]): b["fraction"] for b in bench}
+    return {"date": payload.get("provenance", {}).get("date"), "fractions": fractions,
+            "hmean": harmonic_mean(fractions.values()),
+            "fa4_tflops": {str(b["seqlen"]): b["fa4_tflops"] for b in bench if "fa4_tflops" in b},
+            "step_tflops": {str(b["seqlen"]): b["step_tflops"] for b in bench if "step_tflops" in b},
+            "numerics_passed": bool(payload.get("numerics")) and all(n["passed"] for n in payload["numerics"])}
+
+
+def combine_runs(payloads: list[dict]) -> dict:
+    """The row of a step measured in several child processes (``ladder table --repeat N``): the
+    first process's numerics and provenance, every process's fractions under "runs", and "bench"
+    holding the median over processes of each timing at each seqlen."""
+    if not payloads:
+        raise ValueError("no measured runs to combine")
+    first = payloads[0]
+    bench = []
+    for i, b in enumerate(first.get("bench", [])):
+        same = [p["bench"][i] for p in payloads]
+        bench.append({**b, **{k: statistics.median(x[k] for x in same)
+                              for k, v in b.items() if isinstance(v, float)}})
+    return {**first, "bench": bench, "runs": [run_of(p) for p in payloads]}
+
+
 def summarize(row: dict) -> dict:
-    """Fractions of FA4 per seqlen and their harmonic mean, from a measured row."""
-    fractions = {str(b["seqlen"]): b["fraction"] for b in row.get("bench", [])}
-    return {"fractions": fractions, "hmean": harmonic_mean(fractions.values()),
-            "numerics_passed": all(n["passed"] for n in row.get("numerics", [])) and bool(row.get("numerics"))}
+    """Median and range over the row's processes: fractions of FA4 per seqlen, and the harmonic
+    mean of each process's fractions. A row measured once (or recorded before rows kept their
+    runs) is its own single run."""
+    runs = row.get("runs") or [run_of(row)]
+    seqlens = list(runs[0]["fractions"])
+    hmeans = [r["hmean"] for r in runs if r["hmean"] is not None]
+    return {"fractions": {s: statistics.median(r["fractions"][s] for r in runs) for s in seqlens},
+            "fraction_ranges": {s: [min(r["fractions"][s] for r in runs), max(r["fractions"][s] for r in runs)]
+                                for s in seqlens},
+            "hmean": statistics.median(hmeans) if hmeans else None,
+            "hmean_range": [min(hmeans), max(hmeans)] if hmeans else None,
+            "repeats": len(runs),
+            "numerics_passed": all(r["numerics_passed"] for r in runs)}
+
+
+def within_noise(a: dict, b: dict) -> bool:
+    """Two summarized rows whose h-mean ranges over processes overlap: their difference is not
+    beyond what the machine does between processes."""
+    ra, rb = a.get("hmean_range"), b.get("hmean_range")
+    return bool(ra and rb) and ra[0] <= rb[1] and rb[0] <= ra[1]
+
+
+def stale_reason(step, record: dict) -> str | None:
+    """Why ``record`` (a row, experiment, profile or selfcheck entry) no longer describes the
+    kernel in this checkout, or None if it does: it names its fingerprint (steps.Step.fingerprint),
+    and any part that differs makes it stale."""
+    recorded = record.get("fingerprint")
+    if not recorded:
+        return "recorded without a fingerprint"
+    now = step.fingerprint
+    if recorded.get("step") != now["step"]:
+        return "the step's code changed"
+    if recorded.get("contract") != now["contract"]:
+        return "ladder/contract.py changed"
+    if recorded.get("cutlass_dsl") != now["cutlass_dsl"]:
+        return f"measured with nvidia-cutlass-dsl {recorded.get('cutlass_dsl')}, now {now['cutlass_dsl']}"
+    return None
+
+
+def is_stale(step, record: dict) -> bool:
+    return stale_reason(step, record) is not None
 
 
 def load(path: Path) -> dict:
@@ -99,16 +164,19 @@ def record_selfcheck(path: Path, tool: str, steps: list) -> dict:
     prov = collect()
     entry = data.setdefault("selfcheck", {}).setdefault(tool, {})
     for step in steps:
-        entry[step.id] = {"code_sha256": step.code_sha256, "provenance": prov}
+        entry[step.id] = {"fingerprint": step.fingerprint, "provenance": prov}
     _save(path, data)
     return data
 
 
-def is_stale(step, row: dict) -> bool:
-    """True when ``row`` was measured on a different version of the step's file than the one
-    here now (rows recorded before hashes were kept cannot tell, and count as current)."""
-    recorded = row.get("code_sha256")
-    return bool(recorded) and recorded != step.code_sha256
+def capability(data: dict) -> tuple[int, int] | None:
+    """The compute capability of the GPU a results file was measured on (from any provenance)."""
+    records = [*data.get("rows", {}).values(), data.get("stock") or {}, *data.get("profiles", {}).values()]
+    for r in records:
+        cap = (r.get("provenance") or {}).get("capability")
+        if cap:
+            return tuple(cap)
+    return None
 
 
 def all_recorded() -> dict[str, dict]:

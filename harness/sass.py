@@ -78,7 +78,6 @@ class Sass:
     opcodes: Counter                     # full mnemonic -> count (e.g. 'HMMA.16816.F32.BF16': 256)
     target: str                          # e.g. 'sm_90a'
     registers: int
-    stack_bytes: int
     local_bytes: int
     mechanisms: dict = field(default_factory=dict)   # mechanism name -> count
 
@@ -118,7 +117,7 @@ def read_cubin(cubin: Path) -> Sass:
 
     opcodes = Counter(_INSTR_RE.findall(text))
     return Sass(text=text, opcodes=opcodes, target=target_arch(text), registers=field_of("REG"),
-                stack_bytes=field_of("STACK"), local_bytes=field_of("LOCAL"),
+                local_bytes=field_of("LOCAL"),
                 mechanisms=mechanism_counts(opcodes, text))
 
 

@@ -8,7 +8,7 @@ hardware's budget without a GPU.
 
 from __future__ import annotations
 
-SM90_SMEM_PER_CTA = 227 * 1024        # opt-in maximum dynamic shared memory per block on sm_90
+SMEM_PER_CTA_LIMIT = 227 * 1024     # opt-in maximum dynamic shared memory per block, sm_90 and sm_100 alike
 
 
 def shared_storage_bytes(step) -> int:

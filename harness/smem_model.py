@@ -62,17 +62,15 @@ def wavefronts(thread_bytes: list[list[int]]) -> tuple[int, int]:
 
 def store_costs(step) -> list[StoreCost]:
     """Warp 0's first store of each thread-issued smem store of ``step`` (Q, K, V copies and P)."""
-    import torch
-
     import cutlass
     import cutlass.cute as cute
+    import torch
     from cutlass.cute.runtime import from_dlpack
 
     from ladder.contract import set_target_arch
     set_target_arch(step.info.archs[0])                  # MMA atoms check the target arch
     module = step.module
     dtype = cutlass.BFloat16
-    plans = {}      # name -> (layout with swizzle, elements per thread-store, torch result tensor)
 
     has_copies = hasattr(module, "make_gmem_copy")    # from h04 on, TMA writes Q, K and V
     found = {}                                         # facts learned while tracing

@@ -13,17 +13,19 @@ import importlib
 import importlib.util
 import re
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-LADDER = ROOT / "ladder"
-TRACKS = ("hopper", "blackwell")
-_PATTERNS = (
-    (LADDER, re.compile(r"^s(\d\d)_(\w+)\.py$"), ""),
-    (LADDER / "hopper", re.compile(r"^h(\d\d)_(\w+)\.py$"), "h"),
-    (LADDER / "blackwell", re.compile(r"^b(\d\d)_(\w+)\.py$"), "b"),
-)
+from harness import experiments
+from harness.paths import LADDER, ROOT
+
+TRACK_PREFIX = {"hopper": "h", "blackwell": "b"}    # hNN / bNN; step 01 belongs to both tracks
+TRACKS = tuple(TRACK_PREFIX)
+_PATTERNS = ((LADDER, re.compile(r"^s(\d\d)_(\w+)\.py$"), ""),
+             *((LADDER / track, re.compile(rf"^{prefix}(\d\d)_(\w+)\.py$"), prefix)
+               for track, prefix in TRACK_PREFIX.items()))
+CONTRACT = LADDER / "contract.py"     # shapes every kernel (aligned, runtime_tensor): part of each fingerprint
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,13 @@ class Step:
         return ".".join(rel.parts)
 
     @property
+    def track(self) -> str | None:
+        """The track this step belongs to alone; None for step 01 (both tracks)."""
+        return next((track for track, prefix in TRACK_PREFIX.items() if self.id.startswith(prefix)), None)
+
+    @property
     def tracks(self) -> tuple[str, ...]:
-        return {"h": ("hopper",), "b": ("blackwell",)}.get(self.id[0], TRACKS)
+        return (self.track,) if self.track else TRACKS
 
     @cached_property
     def module(self):
@@ -70,14 +77,20 @@ class Step:
         return code_sha256(self.path.read_text())
 
     @property
+    def fingerprint(self) -> dict:
+        """What a recorded result depends on besides the GPU: the step's code, the contract's
+        code (input checks and the tensor types every kernel is compiled for) and the CuTe DSL
+        release. A result whose fingerprint differs from this one measured another kernel."""
+        return {"step": self.code_sha256, "contract": contract_sha256(), "cutlass_dsl": cutlass_dsl_version()}
+
+    @property
     def info(self):
         return self.module.INFO
 
     @property
     def writeup(self) -> Path:
         name = f"{self.number:02d}-{self.slug.replace('_', '-')}.md"
-        sub = {"h": "hopper", "b": "blackwell"}.get(self.id[0])
-        return ROOT / "writeups" / (sub or "") / name
+        return ROOT / "writeups" / (self.track or "") / name
 
 
 def code_sha256(source: str) -> str:
@@ -94,6 +107,19 @@ def code_sha256(source: str) -> str:
                 and isinstance(body[0].value.value, str)):
             node.body = body[1:] or [ast.Pass()]
     return hashlib.sha256(_canonical(tree).encode()).hexdigest()
+
+
+@cache
+def contract_sha256() -> str:
+    return code_sha256(CONTRACT.read_text())
+
+
+@cache
+def cutlass_dsl_version() -> str | None:
+    try:
+        return version("nvidia-cutlass-dsl")
+    except PackageNotFoundError:
+        return None
 
 
 def _canonical(node) -> str:
@@ -148,10 +174,9 @@ def resolve(name: str) -> Step:
     'exp:<name>' -> the experiment of that name (harness/experiments.py), built and loaded."""
     if name.strip().endswith(".py"):
         return variant(name.strip())
-    if name.strip().startswith("exp:"):
-        from harness import experiments
+    if name.strip().startswith(experiments.PREFIX):
         exp = experiments.get(name.strip())
-        return variant(experiments.materialize(exp), experiment=exp.name)
+        return variant(experiments.materialize(exp, resolve(exp.base).path), experiment=exp.name)
     key = name.strip().lower()
     m = re.fullmatch(r"([shb]?)0*(\d+)", key)
     if not m:
@@ -160,7 +185,7 @@ def resolve(name: str) -> Step:
     for step in discover():
         if step.number != number:
             continue
-        if step.id[0].isdigit() and prefix in ("", "s", "h", "b"):
+        if step.id[0].isdigit() and prefix in ("", "s", *TRACK_PREFIX.values()):
             return step
         if step.id[0] == prefix:
             return step

@@ -28,7 +28,7 @@ class Timer:
             fn()
             ends[i].record()
         torch.cuda.synchronize()
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
 
     def compare(self, fns: dict[str, Callable[[], object]], *, rounds: int = 5,
                 budget_ms: float = 400.0) -> dict[str, float]:

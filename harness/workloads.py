@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 
-HEAD_DIM = 128
+from ladder.contract import HEAD_DIM
+
 BENCH_SEQLENS = (4096, 8192, 16384)
 BENCH_TOKENS = 16384            # batch * seqlen, the same work at every seqlen
 BENCH_HEADS = 16
@@ -41,6 +43,17 @@ NUMERICS_CASES = (
     NumericsCase("large-magnitude scores", batch=2, seqlen_tiles=4, heads=3, magnitude=3.0),
 )
 TINY_CASES = NUMERICS_CASES[:2]    # selfcheck: fast, still covers several CTAs and K/V tiles
+
+
+def stable_seed(name: str) -> int:
+    """A seed named by a string, the same in every process (``hash()`` is salted per process)."""
+    return zlib.crc32(name.encode()) % 1000
+
+
+def sampled_rows(seqlen: int, count: int, *, seed: int):
+    """``count`` distinct query rows of ``seqlen``, sorted, from a seeded generator (CPU tensor)."""
+    import torch
+    return torch.randperm(seqlen, generator=torch.Generator().manual_seed(seed))[:count].sort().values
 
 
 def make_qkv(shape, *, seed: int, device="cuda", magnitude: float = 1.0):

@@ -47,19 +47,19 @@ def attention_ref(q, k, v, softmax_scale=None, *, dtype=torch.float32, rows=None
 
 def attention_online(q, k, v, softmax_scale=None, *, block_n=128):
     """fp32 FlashAttention forward: walk K/V in ``block_n`` tiles with a running row max m and
-    row sum l; O is rescaled by exp(scale * (m_old - m_new)) whenever the max grows."""
+    row sum; O is rescaled by exp(scale * (m_old - m_new)) whenever the max grows."""
     scale = default_scale(q.shape[-1]) if softmax_scale is None else softmax_scale
     qh, kh, vh = (_heads_first(x).float() for x in (q, k, v))
     b, h, sq, d = qh.shape
     m = torch.full((b, h, sq, 1), -math.inf, device=q.device)
-    l = torch.zeros((b, h, sq, 1), device=q.device)
+    row_sum = torch.zeros((b, h, sq, 1), device=q.device)
     o = torch.zeros((b, h, sq, d), device=q.device)
     for start in range(0, kh.shape[2], block_n):
         s = torch.matmul(qh, kh[:, :, start:start + block_n].transpose(-1, -2))
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
         rescale = torch.exp(scale * (m - m_new))
         p = torch.exp(scale * (s - m_new))
-        l = l * rescale + p.sum(dim=-1, keepdim=True)
+        row_sum = row_sum * rescale + p.sum(dim=-1, keepdim=True)
         o = o * rescale + torch.matmul(p, vh[:, :, start:start + block_n])
         m = m_new
-    return _heads_first(o / l)
+    return _heads_first(o / row_sum)

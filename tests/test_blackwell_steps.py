@@ -4,13 +4,13 @@ SASS) and on the step's own layouts and copies (CuTe's layout algebra, evaluated
 No Blackwell GPU runs here: these steps are compiled, not yet run on a B200."""
 
 import pytest
-
 from conftest import STEPS, step_id
+
 from harness import sass
 from harness.compile import compile_step
 from harness.steps import resolve
 
-BLACKWELL = [s for s in STEPS if s.info.track == "blackwell"]
+BLACKWELL = [s for s in STEPS if s.track == "blackwell"]
 ARCH = "sm_100a"
 TMEM_LANES = 128
 LANES_PER_WARP = 32          # tcgen05.ld/st: warp w may access lanes 32*(w % 4) .. +31 only
@@ -36,7 +36,7 @@ def test_tmem_allocation_is_a_power_of_two_between_32_and_512(step):
 @pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
 def test_tmem_map_regions_are_disjoint_and_inside_the_allocation(step):
     regions = sorted(step.info.extra["tmem_map"].values())
-    for (start, width), (next_start, _) in zip(regions, regions[1:]):
+    for (start, width), (next_start, _) in zip(regions, regions[1:], strict=False):
         assert start + width <= next_start, f"{step.id}: TMEM regions overlap: {regions}"
     start, width = regions[-1]
     assert start + width <= step.info.tmem_cols
@@ -88,6 +88,7 @@ def warp_lane_violations(step, warp_of=lambda thread: thread // 32):
     return violations, seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
 def test_each_warp_touches_only_its_own_tmem_lanes(step):
     violations, seen = warp_lane_violations(step)
@@ -98,6 +99,7 @@ def test_each_warp_touches_only_its_own_tmem_lanes(step):
         assert thread_rows == {t % TMEM_LANES}, f"{step.id} {name}: thread {t} holds rows {thread_rows}"
 
 
+@pytest.mark.slow
 def test_the_lane_check_catches_a_wrong_warp_to_lane_mapping():
     violations, _ = warp_lane_violations(resolve("b02"), warp_of=lambda thread: thread // 32 + 1)
     assert violations
@@ -122,9 +124,9 @@ def test_b02_issues_tcgen05_mma_from_unswizzled_smem_descriptors():
 
 @pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
 def test_shared_storage_fits_the_227_kb_a_cta_may_use(step):
-    from harness.smem_budget import SM90_SMEM_PER_CTA, shared_storage_bytes
+    from harness.smem_budget import SMEM_PER_CTA_LIMIT, shared_storage_bytes
     size = shared_storage_bytes(step)          # the struct the kernel allocates, evaluated here
-    assert step.info.smem_bytes <= size <= SM90_SMEM_PER_CTA   # sm_100 has the same 227 KB limit
+    assert step.info.smem_bytes <= size <= SMEM_PER_CTA_LIMIT
 
 
 def test_b02_thread_stores_into_the_unswizzled_layout_conflict_on_q_k_v():
@@ -243,11 +245,11 @@ def test_b05_halves_the_kv_bytes_per_query_row_of_b04():
     K + V tile bytes (from the layouts, and announced to the barrier: an expect-tx count in the
     PTX) over the CTA's query rows."""
     per_row = {}
-    for step_id in ("b04", "b05"):
-        step = resolve(step_id)
+    for name in ("b04", "b05"):
+        step = resolve(name)
         kv = _kv_bytes_per_tile(step)
         assert kv in sass.expect_tx_bytes(_ptx(step))
-        per_row[step_id] = kv / step.info.tile_m
+        per_row[name] = kv / step.info.tile_m
     assert per_row == {"b04": 512, "b05": 256}
     report = compile_step(resolve("b05"), ARCH)
     assert report.threads_per_cta == 256                                   # two softmax warpgroups
@@ -292,13 +294,13 @@ def test_b08_has_a_multi_stage_ring_within_the_smem_budget():
     """Stage count > 1 (metadata, the constant the kernel uses); the shared-storage struct the
     kernel allocates, evaluated on the CPU, holds the ring and stays within 227 KB; and every
     expect-tx announces one stage (one K + V pair), never the whole ring."""
-    from harness.smem_budget import SM90_SMEM_PER_CTA, shared_storage_bytes
+    from harness.smem_budget import SMEM_PER_CTA_LIMIT, shared_storage_bytes
     step, before = resolve("b08"), resolve("b07")
     stages = step.info.extra["kv_stages"]
     assert stages == step.module.NUM_STAGES > 1
     ring = stages * 2 * 2 * step.info.tile_n * step.info.head_dim
     size = shared_storage_bytes(step)
-    assert ring < size <= SM90_SMEM_PER_CTA
+    assert ring < size <= SMEM_PER_CTA_LIMIT
     assert size - shared_storage_bytes(before) == ring // stages * (stages - 1)   # one more K/V stage
     one_stage = 2 * 2 * step.info.tile_n * step.info.head_dim
     kv_counts = set(sass.expect_tx_bytes(_ptx(step)))

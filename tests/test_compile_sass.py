@@ -1,13 +1,19 @@
 """CPU-side proof of every step: it compiles for each arch it targets (no GPU), the binary targets
 that arch, its SASS shows the mechanism it claims, and nothing spills. Each (step, arch) compiles
-once per test session (harness.compile memoizes); compile times are reported, not asserted."""
+once per test process (harness.compile memoizes); compile times are reported, not asserted."""
 
 import collections
+import shutil
+import subprocess
+import sys
+import time
 
 import pytest
-
 from conftest import STEP_ARCHS
+
 from harness.compile import compile_step
+from harness.isolate import child_env
+from harness.paths import ROOT
 from harness.steps import resolve
 
 
@@ -62,10 +68,10 @@ def test_fake_tensor_compile_matches_a_real_call_signature(tmp_path):
     """The CPU proof compiles with fake tensors; a GPU call compiles with the caller's tensors.
     Compiling step 01 from real (CPU) torch tensors gives the same SASS, so the proof is of the
     kernel that runs."""
-    import torch
-
     import cutlass
+    import torch
     from cutlass.cute.runtime import make_fake_stream
+
     from harness.sass import read_cubin
     from ladder import contract
     step = resolve("01")
@@ -76,3 +82,46 @@ def test_fake_tensor_compile_matches_a_real_call_signature(tmp_path):
     fake = compile_step(step, "sm_90a").sass
     assert collections.Counter(real.opcodes) == collections.Counter(fake.opcodes)
     assert real.registers == fake.registers
+
+
+_COMPILE_WHEN_TOLD = """
+import sys, time
+from pathlib import Path
+from harness.compile import compile_step
+from harness.steps import resolve
+step = resolve("b05")
+step.module                                   # imports done: only the compiles race
+go = Path(sys.argv[1])
+while not go.exists():
+    time.sleep(0.01)
+report = compile_step(step, "sm_100a")
+print(report.sass.mechanisms["UTCHMMA"], report.threads_per_cta)
+"""
+
+
+def test_two_processes_compiling_the_same_step_at_once_both_succeed(tmp_path):
+    """Two pytest runs (or ``pytest -n``) compile the same step at the same moment: each compiles
+    into its own directory and publishes it with one rename, so neither deletes the other's
+    files mid-compile. Both start compiling on the same signal."""
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", _COMPILE_WHEN_TOLD, str(go)], cwd=ROOT, env=child_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    time.sleep(8)                                    # both have imported the DSL and the step
+    go.touch()
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    assert outs[0][0] == outs[1][0] and outs[0][0].split()[1] == str(resolve("b05").info.threads)
+
+
+def test_a_variant_named_like_a_ladder_step_gets_its_own_compile(tmp_path):
+    """A copy of h02 saved as h03.py has the id "h03" but h02's kernel: the compile is keyed by
+    the file and its fingerprint, never by the id."""
+    copy = tmp_path / "h03.py"
+    shutil.copy(resolve("h02").path, copy)
+    variant = resolve(str(copy))
+    assert variant.id == "h03"
+    mine, h02, h03 = (compile_step(s, "sm_90a") for s in (variant, resolve("h02"), resolve("h03")))
+    assert mine.cubin.parent != h03.cubin.parent
+    assert collections.Counter(mine.sass.opcodes) == collections.Counter(h02.sass.opcodes)
+    assert collections.Counter(mine.sass.opcodes) != collections.Counter(h03.sass.opcodes)

@@ -6,8 +6,8 @@ with CPU tensors; a correct CPU input then fails on the device constraint.
 
 import pytest
 import torch
-
 from conftest import STEPS, step_id
+
 from ladder.contract import validate_inputs
 
 

@@ -7,12 +7,12 @@ from harness import experiments, generate, results
 from harness.compile import compile_step
 from harness.steps import resolve
 
-PROV = {"gpu": "NVIDIA H200", "date": "2026-01-01T00:00:00Z", "command": "ladder table --steps exp:x",
+PROV = {"gpu": "NVIDIA H200", "capability": [9, 0], "date": "2026-01-01T00:00:00Z", "command": "ladder table --steps exp:x",
         "torch": "t", "cutlass_dsl": "4.8.1", "flash_attn_4": "f"}
 
 
-def _row(fraction, passed=True):
-    return {"provenance": PROV, "numerics": [{"passed": passed}],
+def _row(fraction, passed=True, step="h05"):
+    return {"provenance": PROV, "numerics": [{"passed": passed}], "fingerprint": resolve(step).fingerprint,
             "bench": [{"seqlen": s, "fraction": fraction, "step_tflops": 1.0, "fa4_tflops": 2.0}
                       for s in (4096, 8192, 16384)]}
 
@@ -44,7 +44,8 @@ def test_experiments_are_recorded_apart_from_the_ladder(tmp_path, monkeypatch):
     path = tmp_path / "h200.json"
     assert "No recorded experiments" in generate.experiments_block("h05")
     results.record(path, {"h05": _row(0.4)})
-    results.record_experiment(path, experiments.get("h05-loads-free"), _row(0.5, passed=False))
+    results.record_experiment(path, experiments.get("h05-loads-free"),
+                              _row(0.5, passed=False, step="exp:h05-loads-free"))
     data = results.load(path)
     assert set(data["rows"]) == {"h05"} and set(data["experiments"]) == {"h05-loads-free"}
     block = generate.experiments_block("h05")

@@ -2,8 +2,11 @@
 
 import re
 
+import pytest
+
 from harness import generate
-from harness.steps import ROOT, discover
+from harness.paths import ROOT
+from harness.steps import discover
 
 
 def test_no_generated_block_is_stale():
@@ -18,8 +21,9 @@ def test_readme_has_both_track_tables():
 
 
 def test_blackwell_numbers_are_never_presented_as_measured_without_a_b200_file():
-    if (ROOT / "results" / "b200.json").exists():
-        return
+    from harness import results
+    if any(results.capability(data) == (10, 0) for data in results.all_recorded().values()):
+        pytest.skip("a results file measured on a compute-capability-10.0 GPU exists")
     block = generate.table_block("blackwell")
     for line in block.splitlines():
         if line.startswith("| ["):
@@ -32,10 +36,12 @@ def test_blackwell_numbers_are_never_presented_as_measured_without_a_b200_file()
 def test_results_block_reflects_the_file(tmp_path, monkeypatch):
     """Change the recorded number and the generated block changes with it."""
     from harness import results
-    prov = {"gpu": "NVIDIA H200", "date": "2026-01-01T00:00:00Z", "command": "ladder table", "torch": "t",
+    prov = {"gpu": "NVIDIA H200", "capability": [9, 0], "date": "2026-01-01T00:00:00Z", "command": "ladder table", "torch": "t",
             "cutlass_dsl": "4.8.1", "flash_attn_4": "f", "driver": "d"}
     bench = [{"seqlen": s, "fraction": 0.123, "step_tflops": 1.0, "fa4_tflops": 2.0} for s in (4096, 8192, 16384)]
-    results.record(tmp_path / "h200.json", {"01": {"provenance": prov, "numerics": [{"passed": True}], "bench": bench}})
+    from harness.steps import resolve
+    row = {"provenance": prov, "numerics": [{"passed": True}], "bench": bench, "fingerprint": resolve("01").fingerprint}
+    results.record(tmp_path / "h200.json", {"01": row})
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     assert re.search(r"0\.123", generate.results_block("01"))
 
@@ -52,7 +58,7 @@ def test_checks_block_reflects_recorded_selfchecks(tmp_path, monkeypatch):
     block = generate.checks_block()
     assert "compute-sanitizer racecheck clean for 01, h02" in block
     data = results.load(tmp_path / "h200.json")
-    data["selfcheck"]["racecheck"]["h02"]["code_sha256"] = "0" * 64       # h02 edited since
+    data["selfcheck"]["racecheck"]["h02"]["fingerprint"]["step"] = "0" * 64       # h02 edited since
     (tmp_path / "h200.json").write_text(__import__("json").dumps(data))
     block = generate.checks_block()
     assert "clean for 01 (" in block and "h02 changed since checked" in block
@@ -62,16 +68,17 @@ def test_a_result_measured_on_another_version_of_the_kernel_is_not_shown_as_curr
     from harness import results
     from harness.steps import resolve
     step = resolve("01")
-    prov = {"gpu": "NVIDIA H200", "date": "2026-01-01T00:00:00Z", "command": "ladder table", "torch": "t",
+    prov = {"gpu": "NVIDIA H200", "capability": [9, 0], "date": "2026-01-01T00:00:00Z", "command": "ladder table", "torch": "t",
             "cutlass_dsl": "4.8.1", "flash_attn_4": "f", "driver": "d"}
     bench = [{"seqlen": s, "fraction": 0.123, "step_tflops": 1.0, "fa4_tflops": 2.0} for s in (4096, 8192, 16384)]
-    row = {"provenance": prov, "numerics": [{"passed": True}], "bench": bench, "code_sha256": "0" * 64}
+    row = {"provenance": prov, "numerics": [{"passed": True}], "bench": bench,
+           "fingerprint": dict(step.fingerprint, step="0" * 64)}
     results.record(tmp_path / "h200.json", {"01": row})
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     assert results.is_stale(step, results.load(tmp_path / "h200.json")["rows"]["01"])
     assert generate.STALE in generate.results_block("01") and "0.123" not in generate.results_block("01")
     assert generate.STALE in generate.table_block("hopper")
-    row["code_sha256"] = step.code_sha256
+    row["fingerprint"] = step.fingerprint
     results.record(tmp_path / "h200.json", {"01": row})
     assert "0.123" in generate.results_block("01") and generate.STALE not in generate.table_block("hopper")
 
@@ -79,12 +86,12 @@ def test_a_result_measured_on_another_version_of_the_kernel_is_not_shown_as_curr
 def test_compare_blocks_do_not_quote_a_stale_row(tmp_path, monkeypatch):
     from harness import results
     from harness.steps import resolve
-    prov = {"gpu": "NVIDIA H200", "date": "2026-01-01T00:00:00Z", "command": "ladder table", "torch": "t",
+    prov = {"gpu": "NVIDIA H200", "capability": [9, 0], "date": "2026-01-01T00:00:00Z", "command": "ladder table", "torch": "t",
             "cutlass_dsl": "4.8.1", "flash_attn_4": "f", "driver": "d"}
     bench = [{"seqlen": s, "fraction": 0.5, "step_tflops": 1.0, "fa4_tflops": 2.0} for s in (4096, 8192, 16384)]
     current = {"provenance": prov, "numerics": [{"passed": True}], "bench": bench,
-               "code_sha256": resolve("01").code_sha256}
-    stale = dict(current, code_sha256="0" * 64)
+               "fingerprint": resolve("01").fingerprint}
+    stale = dict(current, fingerprint=dict(resolve("h02").fingerprint, contract="0" * 64))
     results.record(tmp_path / "h200.json", {"01": current, "h02": stale})
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     block = generate.compare_block("h02", "01")
@@ -95,13 +102,13 @@ def test_profiles_block_lines_up_recorded_profiles_and_skips_stale_ones(tmp_path
     from harness import results
     from harness.steps import resolve
     monkeypatch.setattr(results, "RESULTS", tmp_path)
-    prov = {"gpu": "NVIDIA H200", "date": "2026-01-01T00:00:00Z", "command": "ladder profile"}
+    prov = {"gpu": "NVIDIA H200", "capability": [9, 0], "date": "2026-01-01T00:00:00Z", "command": "ladder profile"}
 
     def profile(step_id, kernel_ns, stalls):
         metrics = {"gpu__time_duration.sum": kernel_ns,
                    **{f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio": v for r, v in stalls.items()}}
         return {"step": step_id, "seqlen": 4096, "provenance": prov, "metrics": metrics,
-                "code_sha256": resolve(step_id).code_sha256}
+                "fingerprint": resolve(step_id).fingerprint}
 
     results.record_profile(tmp_path / "h200.json", profile("01", 1234.0, {"barrier": 1.5, "wait": 0.25}))
     assert "no current profile of h02" in generate.profiles_block("01", "h02")
@@ -115,7 +122,7 @@ def test_profiles_block_lines_up_recorded_profiles_and_skips_stale_ones(tmp_path
     assert cells["warps stalled on long_scoreboard per issued instruction"] == ["n/a", "2.00"]
     assert cells["warps stalled on barrier per issued instruction"] == ["1.50", "n/a"]
     data = results.load(tmp_path / "h200.json")
-    data["profiles"]["h02"]["code_sha256"] = "0" * 64                     # h02 edited since
+    data["profiles"]["h02"]["fingerprint"]["cutlass_dsl"] = "4.7.0"       # measured with another DSL
     (tmp_path / "h200.json").write_text(__import__("json").dumps(data))
     assert "no current profile of h02" in generate.profiles_block("01", "h02")
 
@@ -135,3 +142,28 @@ def test_a_registers_only_difference_is_not_stale_but_any_other_is(tmp_path):
     assert mma != block
     doc.write_text(mma)
     assert generate.refresh(doc, write=False)
+
+
+def test_every_gpu_with_a_results_file_gets_its_table(tmp_path, monkeypatch):
+    """Results files are found by listing results/, not named: an H100's file adds an H100 table to
+    the Hopper track the day it is recorded, and a B200's replaces "not yet run" by its numbers."""
+    from harness import results
+    from harness.steps import resolve
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+
+    def row(step_id, gpu, capability, fraction):
+        prov = {"gpu": gpu, "capability": capability, "date": "2026-01-01T00:00:00Z", "command": "ladder table",
+                "torch": "t", "cutlass_dsl": "4.8.1", "flash_attn_4": "f", "driver": "d"}
+        bench = [{"seqlen": s, "fraction": fraction, "step_tflops": 1.0, "fa4_tflops": 2.0} for s in (4096, 8192, 16384)]
+        return {"provenance": prov, "numerics": [{"passed": True}], "bench": bench,
+                "fingerprint": resolve(step_id).fingerprint}
+
+    results.record(tmp_path / "h200.json", {"h02": row("h02", "NVIDIA H200", [9, 0], 0.111)})
+    results.record(tmp_path / "h100-80gb-hbm3.json", {"h02": row("h02", "NVIDIA H100 80GB HBM3", [9, 0], 0.222)})
+    hopper = generate.table_block("hopper")
+    assert "NVIDIA H200" in hopper and "NVIDIA H100 80GB HBM3" in hopper and "0.111" in hopper and "0.222" in hopper
+    assert generate.NOT_RUN_B200 in generate.table_block("blackwell")
+    results.record(tmp_path / "b200.json", {"b02": row("b02", "NVIDIA B200", [10, 0], 0.333)})
+    blackwell = generate.table_block("blackwell")
+    assert "0.333" in blackwell and "NVIDIA H200" not in blackwell
+    assert generate.NOT_RUN_B200 not in generate.results_block("b02")

@@ -6,7 +6,7 @@ import pytest
 
 from harness.compile import compile_step
 from harness.sass import expect_tx_bytes, wgmma_descriptor_layout_types
-from harness.smem_budget import SM90_SMEM_PER_CTA, shared_storage_bytes
+from harness.smem_budget import SMEM_PER_CTA_LIMIT, shared_storage_bytes
 from harness.smem_model import store_costs
 from harness.steps import resolve, track_steps
 
@@ -14,15 +14,10 @@ HOPPER = [s for s in track_steps("hopper") if s.id.startswith("h")]
 SWIZZLE_128B, INTERLEAVE = 1, 0
 
 
-def _have(step_id):
-    return any(s.id == step_id for s in HOPPER)
-
-
 def _costs(step_id):
     return {c.name: c for c in store_costs(resolve(step_id))}
 
 
-@pytest.mark.skipif(not _have("h03"), reason="h03 not written yet")
 def test_h03_swizzle_makes_every_thread_store_minimal_where_h02_is_not():
     h02, h03 = _costs("h02"), _costs("h03")
     for name in ("Q", "K", "V"):
@@ -47,7 +42,7 @@ def test_tma_steps_issue_no_thread_stores_of_qkv(step):
 def _descriptor_pairs(step_id):
     report = compile_step(resolve(step_id), "sm_90a")
     types = wgmma_descriptor_layout_types(report.ptx.read_text())
-    return list(zip(types[0::2], types[1::2]))      # (A, B) per wgmma, in program order
+    return list(zip(types[0::2], types[1::2], strict=True))      # (A, B) per wgmma, in program order
 
 
 def test_h02_descriptors_are_unswizzled():
@@ -58,16 +53,15 @@ def test_h02_descriptors_are_unswizzled():
 @pytest.mark.parametrize("step", [s for s in HOPPER if s.number >= 3], ids=lambda s: s.id)
 def test_descriptors_use_the_128b_swizzle_for_q_k_v(step):
     types = wgmma_descriptor_layout_types(compile_step(step, "sm_90a").ptx.read_text())
-    s_gemm = list(zip(types[0:16:2], types[1:16:2]))
+    s_gemm = list(zip(types[0:16:2], types[1:16:2], strict=True))
     assert set(s_gemm) == {(SWIZZLE_128B, SWIZZLE_128B)}      # Q and K
     if step.number < 6:
-        pv_gemm = list(zip(types[16::2], types[17::2]))
+        pv_gemm = list(zip(types[16::2], types[17::2], strict=True))
         assert len(pv_gemm) == 8 and set(pv_gemm) == {(INTERLEAVE, SWIZZLE_128B)}   # P interleaved, V swizzled
     else:
         assert types[16:] == [SWIZZLE_128B] * 8               # P from registers: V's descriptor only
 
 
-@pytest.mark.skipif(not _have("h05"), reason="h05 not written yet")
 def test_h05_two_warpgroups_share_each_kv_tile():
     h04, h05 = resolve("h04"), resolve("h05")
     r04, r05 = compile_step(h04, "sm_90a"), compile_step(h05, "sm_90a")
@@ -86,7 +80,6 @@ def test_h05_two_warpgroups_share_each_kv_tile():
     assert named.search(r05.ptx.read_text()) and not named.search(r04.ptx.read_text())
 
 
-@pytest.mark.skipif(not _have("h06"), reason="h06 not written yet")
 def test_h06_p_stays_in_registers():
     h05, h06 = compile_step(resolve("h05"), "sm_90a"), compile_step(resolve("h06"), "sm_90a")
     # P V reads A from registers: the RS form of HGMMA, absent before.
@@ -102,11 +95,11 @@ def test_smem_budget_from_the_shared_storage(step):
     m = step.module
     if not hasattr(m, "make_shared_storage"):            # h02-h05: Q, K, V and P tiles
         tiles = m.TILE_M * m.HEAD_DIM + 2 * m.TILE_N * m.HEAD_DIM + m.TILE_M * m.TILE_N
-        assert info.smem_bytes == 2 * tiles <= SM90_SMEM_PER_CTA
+        assert info.smem_bytes == 2 * tiles <= SMEM_PER_CTA_LIMIT
         return
     # From h06 on: the struct the kernel allocates (tiles, stages, mbarriers, alignment).
     struct = shared_storage_bytes(step)
-    assert info.smem_bytes <= struct <= SM90_SMEM_PER_CTA
+    assert info.smem_bytes <= struct <= SMEM_PER_CTA_LIMIT
     assert struct - info.smem_bytes <= 2048, "the metadata's smem_bytes should be the tiles"
 
 
@@ -122,7 +115,6 @@ def test_every_expect_tx_announces_what_one_copy_delivers(step):
     assert counts and set(counts) <= tile_bytes, (sorted(set(counts)), sorted(tile_bytes))
 
 
-@pytest.mark.skipif(not _have("h07"), reason="h07 not written yet")
 def test_h07_specializes_warps_and_moves_registers():
     r06, r07 = compile_step(resolve("h06"), "sm_90a"), compile_step(resolve("h07"), "sm_90a")
     assert r07.threads_per_cta == 384 and r06.threads_per_cta == 256       # from the PTX .reqntid
@@ -136,10 +128,9 @@ def test_h07_specializes_warps_and_moves_registers():
     assert 128 * m.PRODUCER_REGISTERS + 256 * m.CONSUMER_REGISTERS <= 65536
 
 
-@pytest.mark.skipif(not _have("h08"), reason="h08 not written yet")
 def test_h08_has_a_multi_stage_ring_within_the_smem_budget():
     h08 = resolve("h08")
     assert h08.info.extra["kv_stages"] == h08.module.NUM_STAGES > 1
     struct = shared_storage_bytes(h08)
     ring = h08.info.extra["kv_stages"] * 2 * (2 * h08.module.TILE_N * h08.module.HEAD_DIM)
-    assert ring < struct <= SM90_SMEM_PER_CTA
+    assert ring < struct <= SMEM_PER_CTA_LIMIT

@@ -1,19 +1,22 @@
 """Recorded results: summaries, merging with provenance, regression detection, and the committed files."""
 
 import json
+import re
+from importlib.metadata import version
 
 import pytest
 
-from harness import results
-from harness.steps import discover
+from harness import generate, results
+from harness.paths import ROOT
+from harness.steps import code_sha256, discover, resolve
 
-PROV = {"gpu": "NVIDIA H200", "date": "2026-11-29T00:00:00Z", "command": "ladder table", "torch": "2.11",
+PROV = {"gpu": "NVIDIA H200", "capability": [9, 0], "date": "2026-11-29T00:00:00Z", "command": "ladder table", "torch": "2.11",
         "cutlass_dsl": "4.8.1", "flash_attn_4": "4.0.0b36"}
 
 
 def row(fractions, passed=True):
     return {"provenance": PROV, "numerics": [{"passed": passed}],
-            "bench": [{"seqlen": s, "fraction": f} for s, f in zip((4096, 8192, 16384), fractions)]}
+            "bench": [{"seqlen": s, "fraction": f} for s, f in zip((4096, 8192, 16384), fractions, strict=True)]}
 
 
 def test_harmonic_mean():
@@ -65,12 +68,55 @@ def test_committed_results_carry_provenance_and_pass(gpu):
         assert results.gpu_key(r["provenance"]["gpu"]) == gpu
 
 
-def test_every_committed_row_names_the_kernel_version_it_measured():
-    """Rows recorded from now on carry the step file's hash; the committed ones must match the
-    files in the tree (or the generated tables say "changed since measured")."""
-    from harness.steps import resolve
-    for gpu, data in results.all_recorded().items():
-        for step_id, row in data.get("rows", {}).items():
-            assert row.get("code_sha256"), f"{gpu} {step_id}: no code hash"
-            assert len(row["code_sha256"]) == 64
-            resolve(step_id)          # still a step
+def test_runs_of_several_processes_keep_each_fraction_and_show_median_and_range():
+    runs = [row([0.20, 0.40, 0.40]), row([0.22, 0.44, 0.44]), row([0.30, 0.30, 0.30])]
+    combined = results.combine_runs(runs)
+    assert len(combined["runs"]) == 3
+    assert [r["fractions"]["4096"] for r in combined["runs"]] == [0.20, 0.22, 0.30]
+    s = results.summarize(combined)
+    assert s["repeats"] == 3 and s["fractions"]["4096"] == pytest.approx(0.22)
+    assert s["fraction_ranges"]["8192"] == [0.30, 0.44]
+    hmeans = sorted(results.harmonic_mean(f) for f in ([0.2, 0.4, 0.4], [0.22, 0.44, 0.44], [0.3] * 3))
+    assert s["hmean"] == pytest.approx(hmeans[1]) and s["hmean_range"] == pytest.approx([hmeans[0], hmeans[2]])
+    single = results.summarize(row([0.2, 0.4, 0.4]))
+    assert single["repeats"] == 1 and single["hmean_range"][0] == single["hmean_range"][1]
+
+
+def test_within_noise_is_overlap_of_the_ranges_over_processes():
+    a = results.summarize(results.combine_runs([row([0.50] * 3), row([0.54] * 3)]))
+    b = results.summarize(results.combine_runs([row([0.53] * 3), row([0.60] * 3)]))
+    c = results.summarize(results.combine_runs([row([0.56] * 3), row([0.60] * 3)]))
+    assert results.within_noise(a, b) and results.within_noise(b, a)
+    assert not results.within_noise(a, c)
+
+
+def test_a_record_is_stale_when_any_part_of_its_fingerprint_changed():
+    step = resolve("h02")
+    now = step.fingerprint
+    assert set(now) == {"step", "contract", "cutlass_dsl"} and now["cutlass_dsl"] == "4.8.1"
+    assert results.stale_reason(step, {"fingerprint": now}) is None
+    for part, reason in (("step", "the step's code changed"), ("contract", "ladder/contract.py changed"),
+                         ("cutlass_dsl", "measured with nvidia-cutlass-dsl 4.7.0, now 4.8.1")):
+        changed = dict(now, **{part: "4.7.0" if part == "cutlass_dsl" else "0" * 64})
+        assert results.stale_reason(step, {"fingerprint": changed}) == reason
+    assert results.stale_reason(step, {}) == "recorded without a fingerprint"
+
+
+@pytest.mark.parametrize("gpu", sorted(results.all_recorded()))
+def test_every_committed_row_is_shown_as_current_only_if_it_measured_this_kernel(gpu):
+    """A committed row names the kernel it measured (its fingerprint). Compared here directly with
+    the checkout's step, contract and CuTe DSL, and with what the README's table shows: the row's
+    h-mean if it measured this kernel, "to be re-measured" if anything it depends on changed."""
+    readme = (ROOT / "README.md").read_text()
+    for step_id, r in results.all_recorded()[gpu]["rows"].items():
+        step = resolve(step_id)
+        fp = r["fingerprint"]
+        assert re.fullmatch(r"[0-9a-f]{64}", fp["step"]) and fp["cutlass_dsl"] == r["provenance"]["cutlass_dsl"]
+        current = (fp["step"] == code_sha256(step.path.read_text())
+                   and fp["contract"] == code_sha256((ROOT / "ladder" / "contract.py").read_text())
+                   and fp["cutlass_dsl"] == version("nvidia-cutlass-dsl"))
+        line = next(line for line in readme.splitlines() if line.startswith(f"| [{step_id}]("))
+        if current:
+            assert f"| {r['hmean']:.3f}" in line, f"{gpu} {step_id}: README does not show its row: {line}"
+        else:
+            assert generate.STALE in line, f"{gpu} {step_id}: measured another kernel, shown as current: {line}"

@@ -4,12 +4,12 @@ import ast
 import re
 
 import pytest
-
 from conftest import STEPS, step_id
-from harness.steps import ROOT, code_sha256, predecessor, resolve, track_steps
-from ladder.contract import ARCH_CAPABILITY
 
-SMEM_LIMIT = 227 * 1024      # per CTA, both sm_90 and sm_100
+from harness.paths import ROOT
+from harness.smem_budget import SMEM_PER_CTA_LIMIT
+from harness.steps import code_sha256, predecessor, resolve, track_steps
+from ladder.contract import ARCH_CAPABILITY
 
 
 def test_step_01_exists_and_is_shared_by_both_tracks():
@@ -36,7 +36,7 @@ def test_metadata_is_consistent(step):
     if step.id.startswith("b"):
         assert info.archs == ("sm_100a",)
     assert info.threads % 32 == 0 and info.threads <= 1024
-    assert info.smem_bytes <= SMEM_LIMIT, f"{info.smem_bytes} B of smem > {SMEM_LIMIT}"
+    assert info.smem_bytes <= SMEM_PER_CTA_LIMIT, f"{info.smem_bytes} B of smem > {SMEM_PER_CTA_LIMIT}"
     assert info.change and info.title
     assert info.sass_present, "a step must claim the SASS its mechanism produces"
     if step.id != "01":
