@@ -231,7 +231,10 @@ def cmd_run(args) -> int:
         outcome = measure(step, timeout=args.timeout)
     res = outcome.runs[-1]
     console.print(f"{name}: child finished in {res.seconds:.0f} s ({res.status})")
-    ok = bool(outcome.row and outcome.row.get("numerics")) and _print_measured(step, outcome.row)
+    shown = outcome.row or res.payload or {}          # a failed child may still have checked numerics
+    if shown.get("numerics"):
+        _print_measured(step, shown)
+    ok = outcome.numerics in ("pass", "wrong by design")
     if outcome.error:
         console.print(f"[red]{outcome.error}[/red]")
         return 1
@@ -245,8 +248,9 @@ def _select(args) -> list[Step]:
     steps = track_steps(track) if track else discover()
     if args.steps:
         wanted = [resolve(s) for s in args.steps.split(",")]
-        ids = {w.id for w in wanted}
-        steps = [s for s in steps if s.id in ids] + [w for w in wanted if w.variant]
+        # Ladder steps by file, never by id: a variant saved as "h03.py" is not step h03.
+        paths = {w.path for w in wanted if not w.variant}
+        steps = [s for s in steps if s.path in paths] + [w for w in wanted if w.variant]
     return steps
 
 
@@ -280,17 +284,21 @@ TABLE_HEADERS = ["step", "change", "4k", "8k", "16k", "h-mean", "vs prev", "FA4 
 
 
 def _table_cells(outcomes) -> list[list[str]]:
-    """One row of cells per measured step, in order; "vs prev" compares with the row above."""
+    """One row of cells per measured step, in order. "vs prev" compares a ladder step with the row
+    above it, and an experiment or a variant with the ladder step it edits, if that was measured
+    in this run."""
     from harness.generate import ladder_cells
-    cells, prev = [], None
+    cells, prev, ladder = [], None, {}
     for o in outcomes:
         if o.error:
             cells.append([o.step.id, o.step.info.change, *[""] * 6, f"ERROR: {o.error[:60]}"])
             prev = None
             continue
+        base = ladder.get(o.step.info.id) if o.kind != "row" else prev
         fa4 = " / ".join(f"{b['fa4_tflops']:.0f}" for b in o.row["bench"])
-        cells.append([o.step.id, o.step.info.change, *ladder_cells(o.summary, prev), fa4, o.numerics])
-        prev = o.summary
+        cells.append([o.step.id, o.step.info.change, *ladder_cells(o.summary, base), fa4, o.numerics])
+        if o.kind == "row":
+            prev = ladder[o.step.id] = o.summary
     return cells
 
 

@@ -65,18 +65,27 @@ def compile_step(step: Step, arch: str) -> CompileReport:
     final = COMPILE_DIR / f"{step.path.stem}-{arch}-{digest}"
     # The DSL writes nothing (and says nothing) if the dump dir is missing: mkdtemp creates it.
     work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=COMPILE_DIR))
-    start = time.perf_counter()
-    contract.compile_host(step.module.host, arch, f"--keep-cubin --keep-ptx --dump-dir {work}")
-    seconds = time.perf_counter() - start
-    out = _publish(work, final)
-    cubins, ptxs = sorted(out.glob("*.cubin")), sorted(out.glob("*.ptx"))
-    if len(cubins) != 1 or len(ptxs) != 1:
-        raise RuntimeError(f"expected one cubin and one PTX in {out}, found {cubins + ptxs}")
+    try:
+        start = time.perf_counter()
+        contract.compile_host(step.module.host, arch, f"--keep-cubin --keep-ptx --dump-dir {work}")
+        seconds = time.perf_counter() - start
+        _expect_one_cubin_and_ptx(work)          # before publishing: a final directory is always whole
+        out = _publish(work, final)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # gone already if it was published
+    cubins, ptxs = _expect_one_cubin_and_ptx(out)
     report = CompileReport(step_id=step.id, arch=arch, compile_seconds=seconds, cubin=cubins[0],
                            ptx=ptxs[0], sass=sass_mod.read_cubin(cubins[0]),
                            threads_per_cta=threads_per_cta(ptxs[0].read_text()))
     _memo[key] = report
     return report
+
+
+def _expect_one_cubin_and_ptx(folder: Path) -> tuple[list[Path], list[Path]]:
+    cubins, ptxs = sorted(folder.glob("*.cubin")), sorted(folder.glob("*.ptx"))
+    if len(cubins) != 1 or len(ptxs) != 1:
+        raise RuntimeError(f"expected one cubin and one PTX in {folder}, found {cubins + ptxs}")
+    return cubins, ptxs
 
 
 def _publish(work: Path, final: Path) -> Path:
@@ -86,7 +95,8 @@ def _publish(work: Path, final: Path) -> Path:
     try:
         os.rename(work, final)
     except OSError:
-        shutil.rmtree(work, ignore_errors=True)
+        if not final.is_dir():
+            raise
     return final
 
 

@@ -15,7 +15,6 @@ it bounds what a mechanism could be worth; its numerics are expected to fail and
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,7 +207,7 @@ def materialize(exp: Experiment, base_path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != text:
         # Atomically: a second process (pytest -n, a child job) never reads a half-written file.
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as f:
-            f.write(text)
-        os.replace(f.name, path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
     return path

@@ -90,7 +90,8 @@ def results_block(step_id: str) -> str:
         out.append("Fractions of stock FlashAttention-4, timed side by side in one process "
                    "(batch*seqlen = 16k, 16 heads, hdim 128, bf16, non-causal; L2 flushed; median of each "
                    "process's timings). With several processes: the median over processes and, in "
-                   "parentheses, their min-max; TFLOP/s are medians over processes.")
+                   "parentheses, their min-max (for h-mean: the harmonic mean of the medians, and the "
+                   "lowest and highest of a single process's); TFLOP/s are medians over processes.")
         for row in rows.values():
             p = row["provenance"]
             out.append(f"Recorded by `{p['command']}` on {p['gpu']} (driver {p.get('driver')}), torch "
@@ -183,9 +184,9 @@ def _gpu_table(track: str, data: dict) -> str:
         dates = sorted(r["provenance"]["date"][:10] for r in measured)
         text += (f"\nFractions of stock FA4 measured in the same process on {measured[-1]['provenance']['gpu']}, "
                  f"each step in {' or '.join(map(str, repeats))} separate process{'es' if repeats != [1] else ''}: "
-                 "the seqlen columns are medians over processes, h-mean is each process's harmonic mean "
-                 "(median, and min-max in parentheses); \"within noise\" marks a change smaller than the "
-                 f"two rows' ranges. FA4's own TFLOP/s in those processes: {span}. "
+                 "the seqlen columns are medians over processes, h-mean is their harmonic mean, and in "
+                 "parentheses the lowest and highest harmonic mean of a single process; \"within noise\" "
+                 f"marks a change smaller than the two rows' ranges. FA4's own TFLOP/s in those processes: {span}. "
                  f"Dates: {dates[0]} to {dates[-1]}.\n")
     return text
 
@@ -310,27 +311,34 @@ def experiments_block(base: str) -> str:
     return "\n".join(lines) if lines else "No recorded experiments yet.\n"
 
 
-def _recorded_hmean(name: str) -> tuple[float | None, str]:
-    """(h-mean, label) of a ladder step or 'exp:<name>' experiment, from the first results file
-    that has it."""
+def _current_record(data: dict, name: str) -> tuple[dict | None, bool]:
+    """(row, stale) of a ladder step or 'exp:<name>' experiment in one results file."""
     step = resolve(name)
-    section = "experiments" if step.experiment else "rows"
-    stale = False
-    for data in results.all_recorded().values():
-        row = data.get(section, {}).get(step.id)
-        if row and results.is_stale(step, row):
-            stale = True
-        elif row and row.get("hmean") is not None:
-            return row["hmean"], f"`{name}`"
-    return None, f"`{name}`" + (" (changed since measured)" if stale else "")
+    row = data.get("experiments" if step.experiment else "rows", {}).get(step.id)
+    if row and results.is_stale(step, row):
+        return None, True
+    return (row if row and row.get("hmean") is not None else None), False
 
 
 def compare_block(a: str, b: str) -> str:
-    """One line: how two recorded h-means (steps or experiments) compare."""
-    (ha, la), (hb, lb) = _recorded_hmean(a), _recorded_hmean(b)
-    if ha is None or hb is None:
-        return f"{la} vs {lb}: not both recorded yet.\n"
-    return f"{la} {ha:.3f} vs {lb} {hb:.3f} (h-mean fractions of FA4): {(ha / hb - 1) * 100:+.0f}%.\n"
+    """How two recorded h-means (steps or experiments) compare, on each GPU that has both: never
+    one side from one GPU and the other from another."""
+    lines, stale = [], set()
+    for data in results.all_recorded().values():
+        (ra, sa), (rb, sb) = _current_record(data, a), _current_record(data, b)
+        stale |= {n for n, s in ((a, sa), (b, sb)) if s}
+        if ra and rb:
+            change = f"{(ra['hmean'] / rb['hmean'] - 1) * 100:+.0f}%"
+            if results.within_noise(results.summarize(ra), results.summarize(rb)) and (
+                    results.summarize(ra)["repeats"] > 1 or results.summarize(rb)["repeats"] > 1):
+                change += " (within noise)"
+            gpu = ra["provenance"]["gpu"]
+            lines.append(f"`{a}` {ra['hmean']:.3f} vs `{b}` {rb['hmean']:.3f} (h-mean fractions of FA4, {gpu}): "
+                         f"{change}.")
+    if not lines:
+        labels = [f"`{n}`" + (" (to be re-measured)" if n in stale else "") for n in (a, b)]
+        return f"{labels[0]} vs {labels[1]}: not both recorded yet.\n"
+    return "\n".join(lines) + "\n"
 
 
 def checks_block() -> str:

@@ -64,8 +64,9 @@ class LadderRun:
         return 1 if self.failures else 0
 
     def measured_rows(self) -> dict[str, dict]:
-        """Step id -> combined row, for every step that produced one (what ``--json`` writes)."""
-        return {o.step.id: o.row for o in self.outcomes if o.row}
+        """What ``--json`` writes: step spec (a step id, ``exp:<name>`` or a variant's path) ->
+        combined row, for every step that produced one."""
+        return {o.step.spec: o.row for o in self.outcomes if o.row}
 
 
 Runner = Callable[..., ChildResult]
@@ -109,6 +110,9 @@ def run_ladder(steps: list[Step], *, gpu: str, timeout: float, repeat: int = 1, 
     if repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {repeat}")
     run = LadderRun(gpu=gpu)
+    # The baseline is read before anything is measured or recorded: a bad file fails at once, and
+    # a baseline that is also the --record file is compared as it was, not with the new rows.
+    reference = _baseline_rows(run, Path(baseline)) if baseline is not None else None
     for step in steps:
         on_step(f"{step.id}: compile, numerics, timing" + (f" x{repeat} processes" if repeat > 1 else ""))
         outcome = measure(step, timeout=timeout, repeat=repeat, runner=runner)
@@ -124,23 +128,24 @@ def run_ladder(steps: list[Step], *, gpu: str, timeout: float, repeat: int = 1, 
         on_step("stock FA4 vs cuDNN and FA2")
         res = (runner or run_job)("stock", "-", timeout=timeout)
         run.stock = res.payload if res.status == "ok" else None
-        if run.stock and record:
+        if run.stock is None:
+            run.failures.append(f"stock: {res.error}")
+        elif record:
             results.record(record, {}, run.stock)
             run.recorded.append("stock")
-    if baseline is not None:
-        _compare_with_baseline(run, Path(baseline), tolerance)
+    if reference is not None:
+        rows = {o.step.id: o.row for o in run.outcomes if o.row and o.kind == "row"}
+        run.failures += [f"regression {r}" for r in results.regressions(rows, reference, tolerance)]
     return run
 
 
-def _compare_with_baseline(run: LadderRun, path: Path, tolerance: float) -> None:
-    """Regressions against the baseline's ladder rows, if the baseline was measured on this kind
-    of GPU. No baseline for it (a first run on a new GPU) is said, not failed: the table stands."""
+def _baseline_rows(run: LadderRun, path: Path) -> dict | None:
+    """The baseline's contents if it holds rows measured on this kind of GPU; else None, and a
+    note: a first run on a new GPU has nothing to regress from, and its table stands."""
     data = results.load(path) if path.exists() else None
-    same_gpu = data and any(results.gpu_key(r["provenance"]["gpu"]) == results.gpu_key(run.gpu)
-                            for r in data.get("rows", {}).values())
-    if not same_gpu:
-        run.notes.append(f"no baseline for {run.gpu} in {path}: nothing to compare with; "
-                         f"record one with --record {path}")
-        return
-    rows = {o.step.id: o.row for o in run.outcomes if o.row and o.kind == "row"}
-    run.failures += [f"regression {r}" for r in results.regressions(rows, data, tolerance)]
+    if data and any(results.gpu_key(r["provenance"]["gpu"]) == results.gpu_key(run.gpu)
+                    for r in data.get("rows", {}).values()):
+        return data
+    run.notes.append(f"no baseline for {run.gpu} in {path}: nothing to compare with; "
+                     f"record one with --record {path}")
+    return None

@@ -9,6 +9,7 @@ long ladder can be recorded over several calls.
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 from pathlib import Path
@@ -48,24 +49,26 @@ def combine_runs(payloads: list[dict]) -> dict:
         raise ValueError("no measured runs to combine")
     first = payloads[0]
     bench = []
-    for i, b in enumerate(first.get("bench", [])):
-        same = [p["bench"][i] for p in payloads]
-        bench.append({**b, **{k: statistics.median(x[k] for x in same)
+    for b in first.get("bench", []):
+        same = [x for p in payloads for x in p.get("bench", []) if x["seqlen"] == b["seqlen"]]
+        bench.append({**b, **{k: statistics.median(x[k] for x in same if k in x)
                               for k, v in b.items() if isinstance(v, float)}})
     return {**first, "bench": bench, "runs": [run_of(p) for p in payloads]}
 
 
 def summarize(row: dict) -> dict:
-    """Median and range over the row's processes: fractions of FA4 per seqlen, and the harmonic
-    mean of each process's fractions. A row measured once (or recorded before rows kept their
-    runs) is its own single run."""
+    """Over the row's processes: the median fraction of FA4 at each seqlen and its min-max, the
+    harmonic mean of those medians (the number a reader can recompute from the columns), and the
+    min-max of each process's own harmonic mean (the noise between processes). A row measured
+    once (or recorded before rows kept their runs) is its own single run."""
     runs = row.get("runs") or [run_of(row)]
-    seqlens = list(runs[0]["fractions"])
+    seqlens = list(dict.fromkeys(s for r in runs for s in r["fractions"]))
+    per_seqlen = {s: [r["fractions"][s] for r in runs if s in r["fractions"]] for s in seqlens}
+    medians = {s: statistics.median(v) for s, v in per_seqlen.items()}
     hmeans = [r["hmean"] for r in runs if r["hmean"] is not None]
-    return {"fractions": {s: statistics.median(r["fractions"][s] for r in runs) for s in seqlens},
-            "fraction_ranges": {s: [min(r["fractions"][s] for r in runs), max(r["fractions"][s] for r in runs)]
-                                for s in seqlens},
-            "hmean": statistics.median(hmeans) if hmeans else None,
+    return {"fractions": medians,
+            "fraction_ranges": {s: [min(v), max(v)] for s, v in per_seqlen.items()},
+            "hmean": harmonic_mean(medians.values()),
             "hmean_range": [min(hmeans), max(hmeans)] if hmeans else None,
             "repeats": len(runs),
             "numerics_passed": all(r["numerics_passed"] for r in runs)}
@@ -109,8 +112,11 @@ def load(path: Path) -> dict:
 
 
 def _save(path: Path, data: dict) -> None:
+    """Write through a temporary file and one rename: a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
 
 
 def _with_summary(label: str, row: dict) -> dict:

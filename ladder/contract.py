@@ -155,7 +155,7 @@ def aligned(t):
 def set_target_arch(arch: str) -> None:
     """Make ``arch`` the DSL's target for code traced from now on (MMA atoms check it when they
     are built), also where no ``--gpu-arch`` option is in play (host-side layout tests)."""
-    import os  # noqa: F401  (unused; deleting it changes the contract fingerprint of every recorded result)
+    import os
 
     from cutlass.cutlass_dsl import CuTeDSL
 

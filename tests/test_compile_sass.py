@@ -6,7 +6,6 @@ import collections
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 from conftest import STEP_ARCHS
@@ -84,34 +83,57 @@ def test_fake_tensor_compile_matches_a_real_call_signature(tmp_path):
     assert real.registers == fake.registers
 
 
-_COMPILE_WHEN_TOLD = """
+_COMPILE_IN_STEP = """
 import sys, time
 from pathlib import Path
 from harness.compile import compile_step
 from harness.steps import resolve
-step = resolve("b05")
-step.module                                   # imports done: only the compiles race
-go = Path(sys.argv[1])
-while not go.exists():
-    time.sleep(0.01)
-report = compile_step(step, "sm_100a")
+from ladder import contract
+
+role, signals = sys.argv[1], Path(sys.argv[2])
+
+def signal(name):
+    (signals / name).touch()
+
+def wait_for(name, seconds=120):
+    end = time.time() + seconds
+    while not (signals / name).exists() and time.time() < end:
+        time.sleep(0.02)
+
+compile_host = contract.compile_host
+
+def interleaved(*args, **kwargs):
+    if role == "b":                      # A has compiled and not yet read its output
+        signal("b-entered")
+        wait_for("a-done")
+    out = compile_host(*args, **kwargs)
+    if role == "a":                      # let B start its compile of the same step now
+        signal("a-compiled")
+        wait_for("b-entered")
+    return out
+
+contract.compile_host = interleaved
+if role == "b":
+    wait_for("a-compiled")
+report = compile_step(resolve("b05"), "sm_100a")
+signal(role + "-done")
 print(report.sass.mechanisms["UTCHMMA"], report.threads_per_cta)
 """
 
 
 def test_two_processes_compiling_the_same_step_at_once_both_succeed(tmp_path):
-    """Two pytest runs (or ``pytest -n``) compile the same step at the same moment: each compiles
-    into its own directory and publishes it with one rename, so neither deletes the other's
-    files mid-compile. Both start compiling on the same signal."""
-    go = tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, "-c", _COMPILE_WHEN_TOLD, str(go)], cwd=ROOT, env=child_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    time.sleep(8)                                    # both have imported the DSL and the step
-    go.touch()
-    outs = [p.communicate(timeout=600) for p in procs]
-    for p, (_, err) in zip(procs, outs, strict=True):
-        assert p.returncode == 0, err[-3000:]
-    assert outs[0][0] == outs[1][0] and outs[0][0].split()[1] == str(resolve("b05").info.threads)
+    """Two pytest runs (or ``pytest -n``) compile the same step at the same time. Forced into the
+    order that hurts: A compiles; B starts compiling the same step; only then does A read what it
+    compiled. Each compile has its own directory, published with one rename, so both succeed
+    (sharing one directory, B's start would delete A's output before A reads it)."""
+    procs = {role: subprocess.Popen([sys.executable, "-c", _COMPILE_IN_STEP, role, str(tmp_path)], cwd=ROOT,
+                                    env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for role in ("a", "b")}
+    outs = {role: p.communicate(timeout=600) for role, p in procs.items()}
+    for role, p in procs.items():
+        assert p.returncode == 0, f"{role}: {outs[role][1][-3000:]}"
+    assert outs["a"][0] == outs["b"][0] and outs["a"][0].split()[1] == str(resolve("b05").info.threads)
+    assert (tmp_path / "b-entered").exists()           # the interleaving happened
 
 
 def test_a_variant_named_like_a_ladder_step_gets_its_own_compile(tmp_path):

@@ -95,7 +95,10 @@ def test_compare_blocks_do_not_quote_a_stale_row(tmp_path, monkeypatch):
     results.record(tmp_path / "h200.json", {"01": current, "h02": stale})
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     block = generate.compare_block("h02", "01")
-    assert "not both recorded" in block and "changed since measured" in block
+    assert "not both recorded" in block and "`h02` (to be re-measured)" in block
+    # never one side from one GPU's file and the other from another's
+    results.record(tmp_path / "h100.json", {"h02": dict(current, fingerprint=resolve("h02").fingerprint)})
+    assert "not both recorded" in generate.compare_block("h02", "01")
 
 
 def test_profiles_block_lines_up_recorded_profiles_and_skips_stale_ones(tmp_path, monkeypatch):

@@ -101,3 +101,45 @@ def test_recording_a_variant_is_refused_before_anything_runs(tmp_path, capsys, m
     code = cli.main(["run", str(copy), "--record", str(tmp_path / "x.json")])
     assert code == 2 and "variant file" in capsys.readouterr().out
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_variant_named_like_a_step_does_not_bring_that_step_along(tmp_path, told, monkeypatch, capsys):
+    """A copy of h02 saved as h03.py is measured as itself: step h03 is neither run nor recorded."""
+    monkeypatch.setattr(cli, "_gpu", lambda: ((9, 0), "NVIDIA H200"))
+    monkeypatch.setattr(ladder_run, "run_job", STUB)
+    copy = tmp_path / "h03.py"
+    shutil.copy(resolve("h02").path, copy)
+    told(**{str(copy): 0.19})
+    rows, record = tmp_path / "rows.json", tmp_path / "h200.json"
+    assert cli.main(["table", "--steps", str(copy), "--json", str(rows), "--record", str(record)]) == 0
+    assert list(json.loads(rows.read_text())) == [str(copy)]
+    assert results.load(record)["rows"] == {}
+
+
+def test_the_baseline_is_read_before_the_new_rows_are_recorded_into_it(tmp_path, told):
+    """--record and --baseline naming one file: the new rows are judged against the old ones."""
+    path = tmp_path / "h200.json"
+    told(h02=0.19)
+    _run(["h02"], record=path)
+    told(h02=0.10)
+    run = _run(["h02"], record=path, baseline=path)
+    assert run.exit_code == 1 and run.failures[0].startswith("regression h02")
+
+
+def test_a_broken_baseline_fails_before_anything_is_measured(tmp_path):
+    bad = tmp_path / "h200.json"
+    bad.write_text('{"schema": 99}')
+    def runner(*args, **kwargs):
+        raise AssertionError("measured before reading the baseline")
+    with pytest.raises(ValueError, match="schema"):
+        ladder_run.run_ladder([resolve("01")], gpu="NVIDIA H200", timeout=1, runner=runner, baseline=bad)
+
+
+def test_ladder_run_of_a_diagnostic_experiment_records_it_and_passes(tmp_path, told, monkeypatch, capsys):
+    """Wrong answers by design are the point of a diagnostic experiment: `run` agrees with `table`."""
+    monkeypatch.setattr(cli, "_gpu", lambda: ((9, 0), "NVIDIA H200"))
+    monkeypatch.setattr(ladder_run, "run_job", STUB)
+    told(**{"exp:h05-loads-free": "fail-numerics"})
+    path = tmp_path / "h200.json"
+    assert cli.main(["run", "exp:h05-loads-free", "--record", str(path)]) == 0
+    assert set(results.load(path)["experiments"]) == {"h05-loads-free"}
