@@ -28,12 +28,12 @@ $(STAMP): pyproject.toml
 	@if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then \
 	  echo "CUDA torch found: the venv uses it"; \
 	  python3 -m venv --system-site-packages $(VENV) && \
-	  $(PY) -m pip install -q -e ".[gpu,sass,test]"; \
+	  $(PY) -m pip install -q -e ".[gpu,sass,test,plot]"; \
 	else \
 	  echo "no CUDA torch: CPU install ($(TORCH_CPU))"; \
 	  python3 -m venv $(VENV) && \
 	  $(PY) -m pip install -q "$(TORCH_CPU)" && \
-	  $(PY) -m pip install -q -e ".[sass,test]"; \
+	  $(PY) -m pip install -q -e ".[sass,test,plot]"; \
 	fi
 	@touch $(STAMP)
 

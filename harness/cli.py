@@ -1,4 +1,4 @@
-"""``ladder``: the one entry point. list, run, diff, sass, table, selfcheck, explain, writeups."""
+"""``ladder``: the one entry point. list, run, diff, sass, table, selfcheck, explain, writeups, plot."""
 
 from __future__ import annotations
 
@@ -143,13 +143,21 @@ def cmd_diff(args) -> int:
         b = resolve(args.a)
         a = predecessor(b)
         if a is None:
-            console.print(f"{b.id} has no predecessor: it is where the ladder starts. Try `ladder diff {b.id} <step>`.")
+            code = " --code" if args.code else ""
+            console.print(f"{b.id} has no predecessor: it is where the ladder starts. "
+                          f"Try `ladder diff{code} {b.id} <step>`.")
             return 0
-    lines = difflib.unified_diff(a.path.read_text().splitlines(keepends=True), b.path.read_text().splitlines(keepends=True),
-                                 fromfile=str(a.path.relative_to(ROOT)), tofile=str(b.path.relative_to(ROOT)))
-    text = "".join(lines)
+    from harness.code_diff import code_diff, display_path
+    if args.code:
+        text = code_diff(a.path, b.path)
+    else:
+        lines = difflib.unified_diff(a.path.read_text().splitlines(keepends=True),
+                                     b.path.read_text().splitlines(keepends=True),
+                                     fromfile=display_path(a.path), tofile=display_path(b.path))
+        text = "".join(lines)
     if not text:
-        console.print("(identical)")
+        console.print("(identical code: the two files differ at most in docstrings and comments)" if args.code
+                      else "(identical)")
     elif sys.stdout.isatty():
         console.print(Syntax(text, "diff", theme="ansi_dark", word_wrap=False))
     else:
@@ -167,16 +175,35 @@ def cmd_explain(args) -> int:
     return 0
 
 
+def _shown(path: Path) -> str:
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def cmd_writeups(args) -> int:
-    from harness import generate
+    from harness import generate, plot
     if args.check:
         stale = generate.stale()
         for p in stale:
             console.print(f"[red]stale generated block in {p.relative_to(ROOT)}[/red]")
-        return 1 if stale else 0
+        plot_stale = plot.stale()
+        if plot_stale:
+            console.print(f"[red]stale plot: {_shown(plot.IMG)}/{plot.NAME}.json differs from results/*.json "
+                          "(`ladder plot` redraws it)[/red]")
+        return 1 if stale or plot_stale else 0
     for path in generate.documents():
         if path.exists() and generate.refresh(path):
             console.print(f"refreshed {path.relative_to(ROOT)}")
+    if plot.stale():
+        for path in plot.draw(plot.plot_data()):
+            console.print(f"redrew {_shown(path)}")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from harness import plot
+    for path in plot.draw(plot.plot_data(), args.out):
+        console.print(f"wrote {_shown(path)}")
     return 0
 
 
@@ -426,6 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("diff", help="unified diff of a step against its predecessor (or any other step)")
     s.add_argument("a")
     s.add_argument("b", nargs="?")
+    s.add_argument("--code", action="store_true", help="code lines only: docstrings and comments stripped")
     s.set_defaults(fn=cmd_diff)
     s = sub.add_parser("sass", help="mechanism instruction histogram, registers, spills (any machine)")
     s.add_argument("step")
@@ -460,9 +488,13 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("explain", help="render a step's writeup in the terminal")
     s.add_argument("step")
     s.set_defaults(fn=cmd_explain)
-    s = sub.add_parser("writeups", help="refresh the generated result blocks in writeups/ and README.md")
-    s.add_argument("--check", action="store_true", help="only report stale blocks (exit 1 if any)")
+    s = sub.add_parser("writeups", help="refresh the generated result blocks in writeups/ and README.md, "
+                                        "and redraw the ladder plot if its data changed")
+    s.add_argument("--check", action="store_true", help="only report stale blocks and plot (exit 1 if any)")
     s.set_defaults(fn=cmd_writeups)
+    s = sub.add_parser("plot", help="draw writeups/img/ladder.svg/.png (+ .json, its data) from results/*.json")
+    s.add_argument("--out", metavar="DIR", help="write here instead of writeups/img")
+    s.set_defaults(fn=cmd_plot)
     return p
 
 

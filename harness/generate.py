@@ -4,7 +4,11 @@ compiler, never from a hand. ``ladder writeups`` refreshes them; a CPU test fail
     <!-- ladder:begin results 01 -->   ...generated...   <!-- ladder:end -->
 
 Kinds: ``results <step>``, ``sass <step> [<against>]``, ``table <track>``, ``stock``,
-``profile <step>``, ``experiments <base step>``, ``compare <a> <b>`` (steps or exp:names), ``checks``.
+``profile <step>``, ``experiments <base step>``, ``compare <a> <b>`` (steps or exp:names), ``checks``,
+``code <step> [<against>]`` (the code diff against the predecessor, docstrings and comments stripped),
+``smem <step> ...`` (the smem store model against ncu's counters, per recorded profile),
+``stores <step> ...`` (the model's cost of each thread-issued smem store, per warp instruction),
+``banks <step> <store>`` (which banks one warp store hits, per quarter-warp), ``tmem <step>`` (TMEM columns).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from tabulate import tabulate
 
 from harness import experiments, results
 from harness.paths import ROOT
-from harness.steps import resolve, track_steps
+from harness.steps import predecessor, resolve, track_steps
 from ladder.contract import ARCH_CAPABILITY
 
 BLOCK = re.compile(r"(<!-- ladder:begin ([^>]*?) -->\n)(.*?)(<!-- ladder:end -->)", re.S)
@@ -223,8 +227,7 @@ def _profile_rows(metrics: dict, stall_names=None) -> list[tuple[str, str]]:
     """(counter, value) rows of one profile: the fixed counters, smem conflict shares, then the
     warp stall reasons (the largest ones, or exactly ``stall_names``)."""
     from harness.profile import METRICS, stall_reasons
-    rows = [(meaning, "n/a" if metrics.get(m) is None else f"{metrics[m]:,.1f}")
-            for m, meaning in METRICS.items() if m in metrics]
+    rows = [(meaning, "n/a" if metrics.get(m) is None else f"{metrics[m]:,.1f}") for m, meaning in METRICS.items()]
     for op in ("ld", "st"):
         waves = metrics.get(f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum")
         conflicts = metrics.get(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum")
@@ -252,6 +255,117 @@ def profile_block(step_id: str) -> str:
         lines.append(markdown_table([list(r) for r in _profile_rows(prof["metrics"])], ["counter", "value"]))
         lines.append(f"\nseqlen {prof['seqlen']} (bench shape), {p['gpu']}, {p['date'][:10]}, `{p['command']}`.\n")
     return "\n".join(lines) if lines else "No recorded profile yet.\n"
+
+
+def store_model_rows(data: dict, names) -> list[dict]:
+    """For each step or experiment with a current profile in ``data`` that counted smem store
+    instructions: the model's kernel-wide stores (harness/smem_model.py) beside ncu's."""
+    from harness.compile import compile_step
+    from harness.smem_model import kernel_stores, stores_alone
+    from harness.workloads import bench_shape
+    out = []
+    for name in names:
+        step, prof = _current_profile(data, name)
+        metrics = prof.get("metrics", {}) if isinstance(prof, dict) else {}
+        if metrics.get("smsp__sass_inst_executed_op_shared_st.sum") is None:
+            continue
+        model = kernel_stores(step, bench_shape(prof["seqlen"]))
+        warps = metrics["sm__warps_active.avg.pct_of_peak_sustained_active"] * 64 / 100
+        out.append({"name": name, "model": model, "warps_per_sm": warps,
+                    "alone": stores_alone(compile_step(step, step.info.archs[0]).sass.mechanisms, warps),
+                    "instructions": metrics["smsp__sass_inst_executed_op_shared_st.sum"],
+                    "wavefronts": metrics["l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"],
+                    "conflicts": metrics["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"]})
+    return out
+
+
+def stores_block(*names: str) -> str:
+    """The smem model's cost of each step's thread-issued stores (harness/smem_model.py), from the
+    step's own copy partitions and layouts: per warp store instruction and per tile."""
+    from harness.smem_model import store_costs
+    table = []
+    for name in names:
+        step = resolve(name)
+        for c in store_costs(step):
+            table.append([f"`{step.id}`", c.name, str(c.bytes_per_thread), str(c.wavefronts), str(c.minimal),
+                          str(c.instructions), str(c.wavefronts_per_tile)])
+    return markdown_table(table, ["step", "store", "bytes / thread", "wavefronts / warp store", "minimum",
+                                  "warp stores / warp / tile", "wavefronts / warp / tile"]) + (
+        "\nPer warp of the CTA (each stores its share alike); Q's tile once per CTA, K, V and P once per K/V "
+        "tile. Each store instruction is costed as if it had shared memory to itself.\n")
+
+
+def banks_block(name: str, store: str) -> str:
+    """Text picture of warp 0's first 16-byte store of ``store`` (Q, K, V) in step ``name``: the
+    bank group (4 banks = 16 bytes) each thread writes, one line per quarter-warp, from the step's
+    own copy partition and smem layout (harness/smem_model.py)."""
+    from harness.smem_model import BANK_BYTES, BANKS, WARP, store_costs
+    step = resolve(name)
+    cost = next(c for c in store_costs(step) if c.name == store)
+    group_bytes, per_phase = cost.bytes_per_thread, 128 // cost.bytes_per_thread
+    groups = BANKS * BANK_BYTES // group_bytes
+    lines = [f"{step.id}, {store}: warp 0's first {cost.bytes_per_thread}-byte store; bank group "
+             f"(banks 4g..4g+3) of each thread"]
+    for start in range(0, WARP, per_phase):
+        gs = [(a // group_bytes) % groups for a in cost.first_addresses[start:start + per_phase]]
+        worst = max(gs.count(g) for g in set(gs))
+        lines.append(f"quarter {start // per_phase} (threads {start:2d}-{start + per_phase - 1:2d}): "
+                     f"{' '.join(map(str, gs))}   -> {worst} wavefront{'s' if worst > 1 else ''}")
+    lines.append(f"total {cost.wavefronts} wavefronts for the warp store (minimum {cost.minimal})")
+    return "```\n" + "\n".join(lines) + "\n```\n"
+
+
+def tmem_block(name: str) -> str:
+    """Text picture of a Blackwell step's tensor-memory columns (its INFO.extra["tmem_map"], which
+    tests/test_blackwell_steps.py holds to the offsets the kernel uses), one character per 8 columns."""
+    step = resolve(name)
+    regions, aliases = step.info.extra["tmem_map"], step.info.extra.get("tmem_aliases", {})
+    cols, per_char = step.info.tmem_cols, 8
+
+    def ruler_line(spans):
+        line = [" "] * (cols // per_char)
+        for label, (start, width) in spans.items():
+            cells = width // per_char
+            text = ("|" + label).ljust(cells, "-")[:cells]
+            line[start // per_char:start // per_char + cells] = list(text)
+        return "".join(line).rstrip() + ("|" if spans is regions else "")
+
+    ticks = "".join(f"{c:<16d}" for c in range(0, cols, 128)) + str(cols)
+    lines = [f"{step.id}: {cols} TMEM columns x 128 lanes (lane = query row; warp w reads lanes 32*(w%4)..+31)",
+             f"column  {ticks}", f"        {ruler_line(regions)}"]
+    if aliases:
+        spans = {label: (regions[inside][0] + offset, width) for label, (inside, offset, width) in aliases.items()}
+        lines.append(f"        {ruler_line(spans)}   <- bf16 P written over the S columns it came from")
+    return "```\n" + "\n".join(lines) + "\n```\n"
+
+
+def smem_block(*names: str) -> str:
+    """Model vs counter: thread-issued smem stores, predicted from the layouts (per instruction, in
+    isolation) and counted by ncu, for each named step or experiment with a current profile."""
+    lines = []
+    for data in results.all_recorded().values():
+        rows = store_model_rows(data, names)
+        if not rows:
+            continue
+        table = [[f"`{r['name']}`", f"{r['warps_per_sm']:.0f}", "yes" if r["alone"] else "no",
+                  f"{r['model'].instructions / 1e6:,.2f} M / {r['instructions'] / 1e6:,.2f} M",
+                  f"{r['model'].wavefronts / 1e6:,.1f} M / {r['wavefronts'] / 1e6:,.1f} M",
+                  f"{(r['model'].wavefronts - r['model'].minimal) / 1e6:,.1f} M / {r['conflicts'] / 1e6:,.1f} M",
+                  f"{r['wavefronts'] / r['model'].wavefronts:.2f}" if r["model"].wavefronts else "—"]
+                 for r in rows]
+        lines.append(markdown_table(table, ["kernel", "warps / SM", "stores alone on the SM",
+                                            "store instructions (model / ncu)", "store wavefronts (model / ncu)",
+                                            "bank-conflict wavefronts (model / ncu)", "ncu / model"]))
+        gpu = next(iter(data["profiles"].values()))["provenance"]["gpu"]
+        lines.append(f"\nModel: `harness/smem_model.py` (each store instruction's banks, phase by phase, scaled by "
+                     f"the instruction count at the profiled shape); counters: `ladder profile <step> --record` on "
+                     f"{gpu}, seqlen {_profile_seqlen(data, rows)}. \"Alone\": no tensor-core or "
+                     "TMA smem traffic from other warps can overlap the stores.\n")
+    return "\n".join(lines) if lines else "No recorded profile counts smem store instructions yet.\n"
+
+
+def _profile_seqlen(data: dict, rows: list[dict]) -> str:
+    return ", ".join(sorted({str(_current_profile(data, r["name"])[1]["seqlen"]) for r in rows}))
 
 
 def profiles_block(*step_ids: str) -> str:
@@ -361,12 +475,48 @@ def checks_block() -> str:
     return "\n".join(lines) + "\n" if lines else "No recorded selfcheck yet.\n"
 
 
+CODE_CHANGED_LINES = 80      # a code block shows at most this many removed/added lines (b02 and h02 rewrite 01)
+
+
+def code_block(step_id: str, against: str | None = None) -> str:
+    """The step's change in code: a diff of its code lines against its predecessor's (or against
+    ``against``), docstrings and comments stripped (harness/code_diff.py), cut after the first
+    CODE_CHANGED_LINES changed lines. A step with no predecessor shows its kernel's main loop."""
+    from harness.code_diff import changed_lines, code_diff, kernel_loop
+    step = resolve(step_id)
+    other = resolve(against) if against else predecessor(step)
+    path = step.path.relative_to(ROOT).as_posix()
+    if other is None:
+        name, first, last, lines = kernel_loop(step.path.read_text())
+        return (f"{step.id} has no predecessor to diff against: it is where the ladder starts. Its kernel's main "
+                f"loop instead (`{name}` in {path}, lines {first}-{last}), docstrings and comments stripped:\n\n"
+                "```python\n" + "\n".join(lines) + "\n```\n")
+    command = f"ladder diff --code {other.id} {step.id}" if against else f"ladder diff --code {step.id}"
+    head = f"`{command}`: the code lines that change, docstrings and comments stripped.\n\n"
+    diff = code_diff(other.path, step.path)
+    if not diff:
+        return head + f"(no code changes: {step.id} and {other.id} differ at most in docstrings and comments)\n"
+    lines, shown, changed = diff.splitlines(), [], 0
+    for line in lines:
+        if changed == CODE_CHANGED_LINES:
+            break
+        shown.append(line)
+        changed += changed_lines(line)
+    text = head + "```diff\n" + "\n".join(shown) + "\n```\n"
+    if len(shown) < len(lines):
+        text += (f"\n... {len(lines) - len(shown)} more lines ({changed_lines(diff) - changed} of them changed): "
+                 f"run `{command}` for the whole diff.\n")
+    return text
+
+
 def render(spec: str) -> str:
     """One generated block from its spec: the kind, then its arguments (``sass b03 b02``)."""
     kind, *args = spec.split()
     blocks = {"results": results_block, "sass": sass_block, "table": table_block,
               "profile": profile_block, "profiles": profiles_block, "compare": compare_block,
-              "experiments": experiments_block, "checks": checks_block, "stock": stock_block}
+              "experiments": experiments_block, "checks": checks_block, "stock": stock_block, "smem": smem_block,
+              "stores": stores_block, "banks": banks_block, "tmem": tmem_block,
+              "code": code_block}
     if kind not in blocks:
         raise ValueError(f"unknown generated block kind {kind!r}")
     return blocks[kind](*args)

@@ -22,6 +22,10 @@ METRICS = {
     "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved occupancy (% of max warps)",
     # On sm_90 this counter covers both mma.sync and wgmma (a wgmma-only counter does not exist).
     "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe active %",
+    # Warp-level instructions beside their wavefronts: wavefronts per instruction is what the smem
+    # model (harness/smem_model.py) predicts, per instruction and for the whole kernel.
+    "smsp__sass_inst_executed_op_shared_st.sum": "smem store instructions (warp-level)",
+    "smsp__sass_inst_executed_op_shared_ld.sum": "smem load instructions (warp-level)",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": "smem load wavefronts",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "smem load bank conflicts",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum": "smem store wavefronts",

@@ -170,3 +170,17 @@ def test_every_gpu_with_a_results_file_gets_its_table(tmp_path, monkeypatch):
     blackwell = generate.table_block("blackwell")
     assert "0.333" in blackwell and "NVIDIA H200" not in blackwell
     assert generate.NOT_RUN_B200 not in generate.results_block("b02")
+
+
+def test_bank_and_tmem_pictures_are_drawn_from_the_steps():
+    """The swizzle bank picture comes from the step's own copy and layout (8 threads of a quarter
+    on one bank group in h02, on 8 in h03); the TMEM picture from the step's map and aliases."""
+    h02, h03 = generate.render("banks h02 K"), generate.render("banks h03 K")
+    assert h02.count("-> 8 wavefronts") == 4 and "total 32 wavefronts" in h02
+    assert h03.count("-> 1 wavefront\n") == 4 and "total 4 wavefronts" in h03
+    b06 = generate.render("tmem b06")
+    from harness.steps import resolve
+    info = resolve("b06").info
+    for label in [*info.extra["tmem_map"], *info.extra["tmem_aliases"]]:
+        assert f"|{label}-" in b06
+    assert b06.index("|O0") - b06.index("|S0") == info.extra["tmem_map"]["O0"][0] // 8

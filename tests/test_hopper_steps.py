@@ -22,7 +22,7 @@ def test_h03_swizzle_makes_every_thread_store_minimal_where_h02_is_not():
     h02, h03 = _costs("h02"), _costs("h03")
     for name in ("Q", "K", "V"):
         assert not h02[name].is_minimal, f"h02 {name}: {h02[name]}"
-        assert h02[name].wavefronts == 4 * h02[name].minimal     # 16-way on 4 bank groups
+        assert h02[name].wavefronts == 8 * h02[name].minimal     # 8-way in each of 4 quarter-warps
         assert h03[name].is_minimal, f"h03 {name}: {h03[name]}"
     # P's stores come from the accumulator fragment: whole 128-byte rows per warp, both steps.
     assert h02["P"].is_minimal and h03["P"].is_minimal

@@ -22,15 +22,19 @@ row reduction is simpler: one thread owns a whole row, so no shuffles.
 Why: 01 spends its time in shared memory: 144 ``ldmatrix.x4`` per warp per K/V tile, each 8-way
 bank-conflicted. tcgen05 needs no ldmatrix (the tensor cores fetch core matrices of 128 contiguous
 bytes themselves), and its accumulators do not occupy registers, so one thread drives a
-128 x 128 x 16 MMA that 01 needed 4 warps and 64 ``HMMA`` for.
+128 x 128 x 16 MMA: the work of 128 ``HMMA.16816`` (128*128*16 MACs / 16*8*16 per HMMA), which 01
+spreads over 4 warps.
 
 Expect (arithmetic): per CTA and K/V tile the ldmatrix traffic (18,432 wavefronts per 64 query rows
 in 01) is gone. What remains in the shared-memory pipe: the synchronous K and V stores, 64 KB in
 16-byte stores = 128 warp stores; in the INTERLEAVE layout the 16 threads that copy one 256-byte
-row write 16 core matrices whose rows sit at the same offset, so each warp store costs 16
-wavefronts, not 4 (step 03 fixes that), plus the conflict-free P stores. Shared memory stops being
+row write 16 core matrices whose rows sit at the same offset, so each quarter-warp's 8 threads hit
+the same 4 banks and each warp store costs 32 wavefronts, not 4 (step 03 fixes that), plus the
+conflict-free P stores. Shared memory stops being
 the limit; the synchronous global loads and the fully serial loop (load, MMA, wait, softmax, MMA,
-wait) become it. The seed ladder measured this step at about 0.15 of FA4 on a B200.
+wait) become it. Per 128 query rows and K/V tile the shared-memory pipe goes from 2 x 18,432 =
+36,864 ldmatrix wavefronts (01) to the ~4,096 of the K and V stores plus the P stores: expect a clear
+gain over 01, bounded by the serial loop rather than by shared memory.
 
 Evidence: ``ladder sass b02 --against 01`` (UTCHMMA, UTCBAR, LDTM, STTM appear; HMMA and LDSM gone);
 tests/test_blackwell_steps.py (TMEM columns a power of two in 32..512; each warp touches only its

@@ -7,18 +7,18 @@ aligned to 1024 bytes, the swizzle pattern's period. P keeps b02's layout (see b
 else changes: the same MMAs, the same TMEM map, the same softmax.
 
 Why: in b02's INTERLEAVE layout the 16 threads that copy one 256-byte row of Q/K/V write 16 core
-matrices at the same offset inside each, i.e. to the same 4 banks: every 16-byte warp store costs
-16 wavefronts where 4 would do. With the XOR swizzle the 8 chunks of a 128-byte row segment land
+matrices at the same offset inside each, i.e. to the same 4 banks: a 16-byte warp store is served
+a quarter-warp at a time, and every one costs 32 wavefronts where 4 would do. With the XOR swizzle the 8 chunks of a 128-byte row segment land
 on 8 different bank groups, and so does the same chunk of 8 consecutive rows, so a warp's 512-byte
 store (two rows) covers all 32 banks: 4 wavefronts, the minimum. P's stores were already minimal in
 b02 (thread t writes 16 bytes of its row t; rows 0-7 of a core matrix are 128 contiguous bytes), so
 P keeps its layout, as it does in the Hopper twin h03.
 
 Expect (arithmetic): per CTA and K/V tile the 128 warp stores of K and V (64 KB, 16 bytes per
-thread) drop from 2,048 wavefronts to 512, and Q's one-time stores likewise. In a loop where
+thread) drop from ~4,096 wavefronts to 512, and Q's one-time stores likewise. In a loop where
 nothing overlaps (load, store, barrier, MMA, wait, softmax, MMA, wait) every stalled store cycle is
 a cycle of the whole CTA; on the H200 the same change more than doubled the Hopper twin (h03's
-writeup). The seed ladder reported 15% -> 26% of FA4 on a B200 for this step.
+writeup). Expect a large gain: ~3,584 store wavefronts per tile leave the critical path.
 
 Evidence: ``ladder sass b03 --against b02`` (the same instructions: only layouts and descriptors
 change); tests/test_blackwell_steps.py (store wavefronts from the layouts and the copy's thread

@@ -21,7 +21,7 @@ Expect (arithmetic): per K/V tile the CTA still waits for 64 KB to arrive before
 b03; what changes is who moves the bytes. The 128 threads no longer execute 32 LDG + 32 STS each
 per tile, nor the swizzled address arithmetic behind them, so their issue slots and registers
 come back: a small gain at most, roughly flat (the Hopper twin h04 moved by about a fifth on the
-H200; its writeup). The seed ladder reports no separate number for this step.
+H200 at unchanged residency; its writeup). b04 stays at one CTA per SM, as b03 (128 KB of smem).
 
 Evidence: ``ladder sass b04 --against b03`` (UTMALDG appears, LDG and the 16-byte STS of Q/K/V are
 gone); tests/test_blackwell_steps.py (TMA only, expect-tx counts equal what the copies deliver);

@@ -14,8 +14,14 @@ MMA thread issues 16 MMAs per batch instead of 8 while the load latency is paid 
 Expect (arithmetic): per K/V tile the CTA does twice the MMA work (2 x 8.4 MFLOP) for the same
 64 KB load and the same number of barrier round trips; the exposed load latency and the serial
 MMA-wait-softmax chain are amortized over twice the work. The softmaxes of the two tiles run at
-the same time on different warps, so the serial part grows less than 2x. The seed ladder reported
-27% -> 41% of FA4 on a B200 for this step. smem: Q 64 KB + K 32 KB + V 32 KB + P 64 KB = 192 KB.
+the same time on different warps, so the serial part grows less than 2x: expect a clear gain.
+smem: Q 64 KB + K 32 KB + V 32 KB + P 64 KB = 192 KB.
+
+A second, forced edit: TMEM_CHUNK (columns per tcgen05.ld/st) goes from 16 to 32. With 16-column
+chunks and the second tile's addressing, ptxas gives the kernel fewer registers than it needs and
+it spills (copy this file with TMEM_CHUNK = 16 and run ``ladder sass <copy> --against b05``), and
+every step must compile without spills. The same TMEM cells move, in half the instructions.
+writeups/blackwell/05-two-q-tiles.md ("A second, forced edit") explains.
 
 Evidence: ``ladder sass b05 --against b04`` (UTCHMMA doubles per tile; 256 threads);
 tests/test_blackwell_steps.py (TMEM map S0, S1, O0, O1 = exactly 512 columns; K/V bytes per query

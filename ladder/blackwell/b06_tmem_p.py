@@ -13,8 +13,8 @@ holds only Q, K and V: 128 KB instead of 192, room that b08's K/V ring needs.
 
 Expect (arithmetic): little alone. The P stores were 16 conflict-free 16-byte stores per thread per
 tile (b05's store model: minimal), a small part of a serial tile; the TMEM stores that replace them
-are 4 ``tcgen05.st`` of 16 columns per thread. The seed ladder reported that P-in-TMEM bought
-almost nothing by itself on a B200. What it enables: 64 KB of smem back (b08), and no shared-memory
+are 4 ``tcgen05.st`` of 16 columns per thread, and the serial chain per tile is otherwise the
+same: expect almost nothing by itself. What it enables: 64 KB of smem back (b08), and no shared-memory
 traffic between the softmax and the MMA, so b07's roles meet only at TMEM and mbarriers.
 
 Evidence: ``ladder sass b06 --against b05`` (the P V UTCHMMA reads tmem for A; the STS of P are

@@ -25,8 +25,8 @@ Expect (arithmetic): roughly flat. The schedule is still the same chain: S0, S1;
 P0 V, P1 V; and the next load only after that (one buffer). What goes: the CTA barrier per tile and
 the MMA wait of 256 threads (now a commit per consumer). What it enables: b08's ring (the load warp
 can run ahead as soon as it has a buffer) and b09's overlap (the MMA warp can work on one Q tile
-while the other's softmax runs). The seed ladder reported the first warp specialization buying
-almost nothing alone on a B200.
+while the other's softmax runs). The split changes who waits, not the length of the chain, so it
+should buy almost nothing alone.
 
 Evidence: ``ladder sass b07 --against b06``; tests/test_blackwell_steps.py (320 threads; the warp
 roles from the metadata; every warp that touches TMEM touches only its lanes; the mbarrier

@@ -16,8 +16,8 @@ Expect (arithmetic): per K/V tile the CTA's MMAs are 2 Q tiles x 2 GEMMs x 2 x 1
 about 1.1 us at a B200 SM's share of its dense bf16 rate (~2.25 PFLOP/s over 148 SMs), and a
 64 KB TMA load has a latency of the same order. In b07 that latency sits between every two tiles;
 with two stages it overlaps the previous tile's MMAs and softmax. Expect a large gain: on the H200
-the same change raised the Hopper twin by about a third (h08's writeup), and the seed ladder
-reported the load pipeline reaching 49% of FA4 on a B200. smem: Q 64 KB + 2 x (K 32 KB + V 32 KB)
+the same change raised the Hopper twin by about a third (h08's writeup), and here up to one load
+latency per tile, of the order of the tile's ~1.1 us of MMA work, leaves the critical path. smem: Q 64 KB + 2 x (K 32 KB + V 32 KB)
 = 192 KB of the 227 KB a CTA may use.
 
 Evidence: ``ladder sass b08 --against b07`` (smem grows by one stage; the waits address a stage);

@@ -11,14 +11,15 @@ is as in 01: synchronous copies, the library exp, P through smem.
 Why: 01 spends its time in shared memory, not in math: 144 ``ldmatrix.x4`` per warp per K/V tile,
 each 8-way bank-conflicted (32 wavefronts instead of 4). wgmma needs no ldmatrix at all; the
 tensor cores fetch core matrices (128 contiguous bytes each: conflict-free) themselves. One
-``HGMMA.64x128x16`` replaces 16 ``HMMA.16816`` of 4 warps, asynchronously.
+``HGMMA.64x128x16`` replaces 64 ``HMMA.16816`` (16 in each of the 4 warps), asynchronously.
 
 Expect (arithmetic): per CTA and K/V tile the ldmatrix traffic (18,432 wavefronts) is gone. What
 remains in the shared-memory pipe: the synchronous K and V stores, 64 KB in 16-byte stores =
 128 warp stores. In the INTERLEAVE layout the 16 threads that copy one 256-byte row write 16 core
-matrices whose rows all sit at the same offset, so each warp store costs 16 wavefronts, not 4:
-~2,048 wavefronts per tile (step 03 fixes that), plus 128 conflict-free P stores. That is ~9x fewer
-wavefronts than 01, so shared memory stops being the limit; the synchronous global loads become it
+matrices whose rows all sit at the same offset; a 16-byte warp store is served a quarter-warp at a
+time and each quarter's 8 threads hit the same 4 banks, so each warp store costs 32 wavefronts, not
+4: ~4,096 wavefronts per tile (step 03 fixes that), plus 128 conflict-free P stores. That is ~4x
+fewer wavefronts than 01, so shared memory stops being the only limit; the synchronous global loads become it
 (every thread waits for its 32 loads of 16 bytes per tile; 2 CTAs per SM, 96 KB each, hide little).
 Expect several times 01's speed, roughly 0.2-0.35x of FA4.
 

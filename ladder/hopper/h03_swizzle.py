@@ -6,18 +6,20 @@ descriptors say so (layout type SWIZZLE_128B instead of INTERLEAVE). The buffers
 1024 bytes, the swizzle pattern's period. P keeps h02's layout (see below). Nothing else changes.
 
 Why: in h02's INTERLEAVE layout, the 16 threads that copy one 256-byte row of Q/K/V write 16 core
-matrices at the same offset inside each: 16 stores to the same 4 banks. Every 16-byte warp store
-costs 16 wavefronts where 4 would do. With the XOR swizzle the 8 chunks of a 128-byte row land on
+matrices at the same offset inside each: 16 stores to the same 4 banks. A 16-byte warp store is
+served a quarter-warp (8 threads) at a time, and each quarter's 8 chunks share one bank group, so
+every warp store costs 32 wavefronts where 4 would do. With the XOR swizzle the 8 chunks of a 128-byte row land on
 8 different bank groups, and so do the same chunk of 8 consecutive rows, so any warp-wide 512-byte
 store of two rows is spread over all 32 banks: 4 wavefronts, the minimum. P's stores need no
 swizzle: they come from the accumulator fragment, and a warp's 32 four-byte stores already fill one
 128-byte core-matrix row (1 wavefront). Swizzling P would only add XOR-ed store addresses, one
 register each (compiled into h04, a swizzled P takes the kernel to the 255-register ceiling).
 
-Expect (arithmetic): per CTA and K/V tile the 128 warp stores of K and V drop from 2,048 to 512
-wavefronts, and Q's one-time stores likewise. The shared-memory pipe was no longer the bottleneck
-after h02 (~2.2 K of its cycles per 4.19 MFLOP tile, against ~560 tensor-core cycles at full rate),
-so the gain is the stores' own stall time: modest, +10-30% at the harmonic mean. The synchronous
+Expect (arithmetic): per CTA and K/V tile the 128 warp stores of K and V drop from ~4,096 to 512
+wavefronts, and Q's one-time stores likewise. (As first written, this estimate took h02's stores at
+16 wavefronts each, ~2,048 per tile, against ~1,024 tensor-core cycles per 4.19 MFLOP tile at
+4,096 FLOP/clk/SM, and judged shared memory no longer the bottleneck after h02, so the gain
+would be the stores' own stall time: modest, +10-30% at the harmonic mean.) The synchronous
 global loads stay the limit until TMA (h04) and pipelining (h07/h08). (Measured: a far larger
 gain. The writeup explains what this estimate got wrong: in a loop where nothing overlaps, the
 store stalls were on the critical path.)

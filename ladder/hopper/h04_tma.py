@@ -15,7 +15,8 @@ latency is still exposed.
 
 Expect (arithmetic): per K/V tile the CTA still waits for 64 KB to arrive before any MMA, as in
 h03; what changes is who does it. The 128 threads no longer execute 32 LDG + 32 STS each per tile
-(and the swizzled address math behind them, which cost h03 64 registers), so the issue slots and
+(and the swizzled address math behind them, which held h03 at the register ceiling: ``ladder sass
+h04 --against h03``), so the issue slots and
 registers they freed show up only as a small gain: roughly flat, within +-15% of h03.
 
 Evidence: ``ladder sass h04 --against h03`` (UTMALDG and SYNCS appear; LDG and the 16-byte STS

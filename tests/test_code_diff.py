@@ -1,0 +1,151 @@
+"""``ladder diff --code`` and the generated ``code`` blocks: stripping docstrings and comments keeps
+the code exactly, a prose-only edit diffs to nothing, a code edit shows up."""
+
+import ast
+import io
+import re
+import tokenize
+
+import pytest
+
+from harness import cli, generate
+from harness.code_diff import changed_lines, code_diff, code_lines, code_source
+from harness.steps import discover, predecessor, resolve
+
+
+def _without_docstrings(source: str) -> str:
+    """ast.dump of ``source`` with every module/class/function docstring removed (an emptied body
+    gets a ``pass``), independently of harness.code_diff."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def _assert_stripped_keeps_the_code(source: str):
+    stripped = code_source(source)
+    assert ast.dump(ast.parse(stripped)) == _without_docstrings(source)
+    tokens = list(tokenize.generate_tokens(io.StringIO(stripped).readline))
+    assert not [t.string for t in tokens if t.type == tokenize.COMMENT]
+    assert _without_docstrings(stripped) == ast.dump(ast.parse(stripped)), "a docstring is left"
+
+
+@pytest.mark.parametrize("step", discover(), ids=lambda s: s.id)
+def test_stripping_keeps_every_steps_code(step):
+    source = step.path.read_text()
+    _assert_stripped_keeps_the_code(source)
+    assert len(code_lines(source)) < len(source.splitlines())
+
+
+def test_stripping_keeps_strings_and_turns_a_lone_docstring_into_pass():
+    source = '''"""Module docstring."""
+X = """a string, not a doc:
+
+    # not a comment
+"""   # a comment after it
+
+
+class Empty:
+    """Only a docstring."""
+
+
+def f(a,   # comment inside the call
+      b):
+    """Doc
+    on two lines."""
+    s = "# in a string"  # trailing
+    return a + b
+'''
+    _assert_stripped_keeps_the_code(source)
+    lines = code_lines(source)
+    assert "" in lines and "    # not a comment" in lines          # a multi-line string's own lines stay
+    assert "    pass" in lines and '    s = "# in a string"' in lines
+    assert not [line for line in lines if "docstring" in line.lower() or "comment inside" in line]
+
+
+def _edited(tmp_path, step_id, name, edit):
+    """A copy of a step file with ``edit`` applied (it must change the text)."""
+    source = resolve(step_id).path.read_text()
+    new = edit(source)
+    assert new != source
+    path = tmp_path / name
+    path.write_text(new)
+    return path
+
+
+def _reword_function_docstrings(source: str) -> str:
+    """Prefix every function's docstring with 'Reworded. ' (just inside its opening quotes)."""
+    lines = source.splitlines(keepends=True)
+    docs = [node.body[0] for node in ast.walk(ast.parse(source)) if isinstance(node, ast.FunctionDef)
+            and ast.get_docstring(node, clean=False) is not None]
+    for doc in sorted(docs, key=lambda d: d.lineno, reverse=True):
+        line = lines[doc.lineno - 1].encode()
+        at = doc.col_offset + (3 if line[doc.col_offset:doc.col_offset + 3] in (b'"""', b"'''") else 1)
+        lines[doc.lineno - 1] = (line[:at] + b"Reworded. " + line[at:]).decode()
+    return "".join(lines)
+
+
+PROSE_EDITS = {
+    "module docstring": lambda s: s.replace('"""', '"""Reworded. ', 1),
+    "function docstrings": lambda s: _reword_function_docstrings(s),
+    "comments": lambda s: re.sub(r"# ", "# (reworded) ", s),
+    "a new comment line": lambda s: s.replace("\n\n\ndef ", "\n\n\n# a new comment\ndef ", 1),
+}
+
+
+@pytest.mark.parametrize("edit", PROSE_EDITS, ids=str)
+def test_a_docstring_or_comment_edit_gives_an_empty_code_diff(tmp_path, edit):
+    original = resolve("h05").path
+    edited = _edited(tmp_path, "h05", "prose.py", PROSE_EDITS[edit])
+    assert code_diff(original, edited) == ""
+
+
+def test_a_code_edit_shows_up(tmp_path):
+    original = resolve("h05").path
+    edited = _edited(tmp_path, "h05", "code.py", lambda s: re.sub(r"^TILE_N = 128\b", "TILE_N = 64", s, flags=re.M))
+    diff = code_diff(original, edited)
+    assert "\n-TILE_N = 128\n+TILE_N = 64\n" in diff and changed_lines(diff) == 2
+
+
+def test_cli_diff_code(capsys):
+    assert cli.main(["diff", "--code", "h03"]) == 0
+    out = capsys.readouterr().out
+    h03 = resolve("h03")
+    assert out == code_diff(predecessor(h03).path, h03.path) and out.startswith("--- ladder/hopper/h02")
+    assert '"""' not in out and not [line for line in out.splitlines() if line[1:].lstrip().startswith("#")]
+    assert cli.main(["diff", "h03"]) == 0
+    assert capsys.readouterr().out != out                  # the plain diff also shows the prose
+
+
+def test_cli_diff_code_of_a_prose_only_edit_is_identical(tmp_path, capsys):
+    prose = _edited(tmp_path, "h03", "h03_prose.py", lambda s: s.replace('"""', '"""Reworded. ', 1))
+    assert cli.main(["diff", "--code", "h03", str(prose)]) == 0
+    assert "identical code" in capsys.readouterr().out
+    assert cli.main(["diff", "h03", str(prose)]) == 0          # the plain diff shows the reworded docstring
+    assert "+" + '"""Reworded. ' in capsys.readouterr().out
+
+
+def test_every_step_writeup_with_a_predecessor_has_a_code_block_before_its_prediction():
+    for step in discover():
+        if predecessor(step) is None:
+            continue
+        text = step.writeup.read_text()
+        marker = f"<!-- ladder:begin code {step.id} -->"
+        assert marker in text, f"{step.writeup.name} has no `code {step.id}` block"
+        assert "## The change in code" in text
+        prediction = re.search(r"^## Prediction", text, re.M)
+        assert prediction and text.index(marker) < prediction.start(), step.id
+
+
+def test_a_long_code_block_is_cut_and_says_how_to_see_the_rest():
+    block = generate.code_block("b02")
+    fenced = block.split("```diff\n", 1)[1].split("```", 1)[0]
+    assert changed_lines(fenced) == generate.CODE_CHANGED_LINES
+    assert "more lines" in block and "`ladder diff --code b02`" in block
+    short = generate.code_block("h03")
+    assert "more lines" not in short and changed_lines(short) == changed_lines(code_diff(
+        resolve("h02").path, resolve("h03").path))
