@@ -12,14 +12,14 @@ every warp store costs 32 wavefronts where 4 would do. With the XOR swizzle the 
 8 different bank groups, and so do the same chunk of 8 consecutive rows, so any warp-wide 512-byte
 store of two rows is spread over all 32 banks: 4 wavefronts, the minimum. P's stores need no
 swizzle: they come from the accumulator fragment, and a warp's 32 four-byte stores already fill one
-128-byte core-matrix row (1 wavefront). Swizzling P would only add XOR-ed store addresses, one
+128-byte core matrix (8 rows x 16 B: 1 wavefront). Swizzling P would only add XOR-ed store addresses, one
 register each (compiled into h04, a swizzled P takes the kernel to the 255-register ceiling).
 
 Expect (arithmetic): per CTA and K/V tile the 128 warp stores of K and V drop from ~4,096 to 512
 wavefronts, and Q's one-time stores likewise. (As first written, this estimate took h02's stores at
-16 wavefronts each, ~2,048 per tile, against ~1,024 tensor-core cycles per 4.19 MFLOP tile at
-4,096 FLOP/clk/SM, and judged shared memory no longer the bottleneck after h02, so the gain
-would be the stores' own stall time: modest, +10-30% at the harmonic mean.) The synchronous
+16 wavefronts each, ~2,048 per tile, and the tensor-core work at ~560 cycles per 4.19 MFLOP tile;
+it is ~1,024 at 4,096 dense FLOP/clk/SM. It judged shared memory no longer the bottleneck after
+h02, so the gain would be the stores' own stall time: modest, +10-30% at the harmonic mean.) The synchronous
 global loads stay the limit until TMA (h04) and pipelining (h07/h08). (Measured: a far larger
 gain. The writeup explains what this estimate got wrong: in a loop where nothing overlaps, the
 store stalls were on the critical path.)
@@ -77,7 +77,7 @@ def make_smem_layouts():
     bytes (64 bf16) in which 16-byte chunk c of row r is stored at chunk c ^ (r % 8). Q and K are
     K-major; V, the B operand of O += P V shaped (D, keys), has the head dim contiguous in memory,
     so it is MN-major. P stays in the INTERLEAVE layout: its stores come from the accumulator
-    fragment, where a warp's 32 four-byte stores already fill whole 128-byte core-matrix rows
+    fragment, where a warp's 32 four-byte stores already fill a whole 128-byte core matrix
     (1 wavefront, the minimum), while swizzling them would cost a register per XOR-ed address."""
     swizzle_k = warpgroup.SmemLayoutAtomKind.K_SW128
     swizzle_mn = warpgroup.SmemLayoutAtomKind.MN_SW128
