@@ -12,7 +12,7 @@ import re
 import pytest
 from conftest import STEPS, step_id
 
-from harness import sass
+from harness import ptx_lint
 from harness.compile import compile_step
 from harness.steps import resolve
 
@@ -50,19 +50,19 @@ def _first_ld(ptx):
 def test_no_tcgen05_ld_result_is_used_before_the_wait(step):
     ptx = _ptx(step)
     assert _lines_matching(ptx, r"tcgen05\.ld\."), f"{step.id}: no tcgen05.ld to check"
-    hazards = sass.tcgen05_ld_early_uses(ptx)
+    hazards = ptx_lint.tcgen05_ld_early_uses(ptx)
     assert not hazards, "\n".join(map(str, hazards[:10]))
     # not vacuous: without its waits, the same kernel's softmax reads the loads too early
-    assert sass.tcgen05_ld_early_uses(_without_lines(ptx, r"tcgen05\.wait::ld"))
+    assert ptx_lint.tcgen05_ld_early_uses(_without_lines(ptx, r"tcgen05\.wait::ld"))
 
 
 @pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
 def test_tmem_stores_are_waited_and_fenced_before_every_handoff(step):
     ptx = _ptx(step)
     assert _lines_matching(ptx, r"tcgen05\.st\."), f"{step.id}: no tcgen05.st to check"
-    hazards = sass.tcgen05_st_unfenced_handoffs(ptx)
+    hazards = ptx_lint.tcgen05_st_unfenced_handoffs(ptx)
     assert not hazards, "\n".join(map(str, hazards[:10]))
-    assert sass.tcgen05_st_unfenced_handoffs(_without_lines(ptx, r"tcgen05\.wait::st"))
+    assert ptx_lint.tcgen05_st_unfenced_handoffs(_without_lines(ptx, r"tcgen05\.wait::st"))
 
 
 # --- rule 1 on broken copies of b08 ---------------------------------------------------------
@@ -83,7 +83,7 @@ def test_arithmetic_on_a_tcgen05_ld_destination_before_the_wait_is_reported():
     ptx = _ptx("b08")
     index, dests, _ = _first_ld(ptx)
     broken = _insert_after(ptx, index, f"\tadd.f32 \t%r99999, {dests[0]}, {dests[1]};")
-    hazards = sass.tcgen05_ld_early_uses(broken)
+    hazards = ptx_lint.tcgen05_ld_early_uses(broken)
     assert hazards and {h.line for h in hazards} == {index + 2}      # 1-based line of the add
     assert all(h.instruction.startswith("add.f32") for h in hazards)
     assert dests[0] in hazards[0].why and "before tcgen05.wait::ld" in hazards[0].why
@@ -94,18 +94,18 @@ def test_a_use_through_a_mov_copy_and_a_cvt_are_uses_a_plain_mov_is_not():
     index, dests, after = _first_ld(ptx)
     packed = re.match(r"mov\.b64\s+(%rd\d+),", after).group(1)        # a copy of two loaded registers
     # a use of the packed 64-bit copy before the wait
-    hazards = sass.tcgen05_ld_early_uses(_insert_after(ptx, index + 1, f"\tadd.s64 \t%rd99999, {packed}, 1;"))
+    hazards = ptx_lint.tcgen05_ld_early_uses(_insert_after(ptx, index + 1, f"\tadd.s64 \t%rd99999, {packed}, 1;"))
     assert [h.instruction.split()[0] for h in hazards] == ["add.s64"] and packed in hazards[0].why
     # cvt converts (it reads the value): a use
-    hazards = sass.tcgen05_ld_early_uses(_insert_after(ptx, index, f"\tcvt.rn.f16.f32 \t%rs99999, {dests[0]};"))
+    hazards = ptx_lint.tcgen05_ld_early_uses(_insert_after(ptx, index, f"\tcvt.rn.f16.f32 \t%rs99999, {dests[0]};"))
     assert [h.instruction.split()[0] for h in hazards] == ["cvt.rn.f16.f32"]
     # a mov is a move: allowed, and what it copied is still pending ...
     moved = _insert_after(ptx, index, f"\tmov.b32 \t%r99999, {dests[0]};")
-    assert sass.tcgen05_ld_early_uses(moved) == []
-    hazards = sass.tcgen05_ld_early_uses(_insert_after(moved, index + 1, "\tneg.f32 \t%r99998, %r99999;"))
+    assert ptx_lint.tcgen05_ld_early_uses(moved) == []
+    hazards = ptx_lint.tcgen05_ld_early_uses(_insert_after(moved, index + 1, "\tneg.f32 \t%r99998, %r99999;"))
     assert [h.instruction.split()[0] for h in hazards] == ["neg.f32"] and "%r99999" in hazards[0].why
     # ... but a mov that overwrites a load's own destination while it is in flight is not allowed
-    hazards = sass.tcgen05_ld_early_uses(_insert_after(ptx, index, f"\tmov.b32 \t{dests[0]}, 0;"))
+    hazards = ptx_lint.tcgen05_ld_early_uses(_insert_after(ptx, index, f"\tmov.b32 \t{dests[0]}, 0;"))
     assert len(hazards) == 1 and "overwrites" in hazards[0].why
 
 
@@ -125,9 +125,9 @@ $L__BB0_1:
     ret;
 }
 """
-    hazards = sass.tcgen05_ld_early_uses(ptx)
+    hazards = ptx_lint.tcgen05_ld_early_uses(ptx)
     assert {h.line for h in hazards} == {10} and len(hazards) == 2
-    assert sass.tcgen05_ld_early_uses(ptx.replace("@%p1 bra $L__BB0_1;", "")) == []
+    assert ptx_lint.tcgen05_ld_early_uses(ptx.replace("@%p1 bra $L__BB0_1;", "")) == []
 
 
 # --- rule 2 on broken copies of b08 (and b06) ------------------------------------------------
@@ -148,7 +148,7 @@ def _b08_handoff():
 def test_a_tmem_store_handed_off_without_wait_st_is_reported():
     ptx, wait, arrive = _b08_handoff()
     broken = _without_lines(ptx, r"tcgen05\.wait::st")
-    hazards = sass.tcgen05_st_unfenced_handoffs(broken)
+    hazards = ptx_lint.tcgen05_st_unfenced_handoffs(broken)
     assert hazards
     first = hazards[0]
     assert first.line == arrive and first.instruction.startswith("mbarrier.arrive")   # one line fewer, 1-based
@@ -159,11 +159,11 @@ def test_a_fence_before_the_wait_st_does_not_count():
     ptx, wait, arrive = _b08_handoff()
     lines = ptx.splitlines()
     lines[wait], lines[wait + 1] = lines[wait + 1], lines[wait]                # fence, then wait
-    hazards = sass.tcgen05_st_unfenced_handoffs("\n".join(lines))
+    hazards = ptx_lint.tcgen05_st_unfenced_handoffs("\n".join(lines))
     assert hazards and hazards[0].line == arrive + 1
     assert "no tcgen05.fence::before_thread_sync after it" in hazards[0].why
     # and no fence at all is the same hazard
-    hazards = sass.tcgen05_st_unfenced_handoffs("\n".join(lines[:wait] + lines[wait + 1:]))
+    hazards = ptx_lint.tcgen05_st_unfenced_handoffs("\n".join(lines[:wait] + lines[wait + 1:]))
     assert hazards and "no tcgen05.fence::before_thread_sync" in hazards[0].why
 
 
@@ -178,7 +178,7 @@ def test_b06_second_wait_st_covers_the_branch_that_skips_the_o_rescale():
     assert any(re.match(r"\$L__BB\d+_\d+:", line) for line in lines[waits[0]:waits[1]])   # a label between
     assert max(_lines_matching(ptx, r"tcgen05\.st\.")) < waits[0]   # text order: every store meets a wait
     broken = "\n".join(lines[:waits[1]] + lines[waits[1] + 1:])
-    hazards = sass.tcgen05_st_unfenced_handoffs(broken)
+    hazards = ptx_lint.tcgen05_st_unfenced_handoffs(broken)
     assert hazards and all("no tcgen05.wait::st" in h.why for h in hazards)
     p_stores = {i + 1 for i in _lines_matching(broken, r"tcgen05\.st\.sync\.aligned\.32x32b\.x16")}
     reported = {int(re.search(r"tcgen05.st at line (\d+)", h.why).group(1)) for h in hazards}
