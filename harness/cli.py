@@ -120,6 +120,20 @@ def _sass_table(step: Step, arch: str, against: Step | None) -> int:
     return 0
 
 
+def _budget_table(step: Step, arch: str, against: Step | None) -> int:
+    """The softmax instruction budget (harness/softmax_budget.py): main-loop instructions per score element."""
+    from harness import softmax_budget
+    budgets = [softmax_budget.budget(s, arch) for s in ([against] if against else []) + [step]]
+    headers, rows = softmax_budget.table(budgets)
+    table = Table(title=f"softmax budget on {arch}: main-loop instructions per score element, per thread and K/V tile")
+    for h in headers:
+        table.add_column(h, justify="left" if h == headers[0] else "right")
+    for row in rows:
+        table.add_row(*(cell.replace("**", "") for cell in row))
+    console.print(table)
+    return 1 if any(b["ambiguous"] for b in budgets) else 0
+
+
 def cmd_sass(args) -> int:
     step = resolve(args.step)
     against = resolve(args.against) if args.against else None
@@ -129,6 +143,8 @@ def cmd_sass(args) -> int:
     code = 0
     for arch in archs:
         code |= _sass_table(step, arch, against if against and arch in against.info.archs else None)
+        if args.budget:
+            code |= _budget_table(step, arch, against if against and arch in against.info.archs else None)
         if args.full:
             from harness.compile import compile_step
             print(compile_step(step, arch).sass.text)
@@ -460,6 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--against")
     s.add_argument("--arch", choices=("sm_90a", "sm_100a"))
     s.add_argument("--full", action="store_true", help="also print the whole disassembly")
+    s.add_argument("--budget", action="store_true", help="also the softmax budget: main-loop instructions per score element")
     s.set_defaults(fn=cmd_sass)
     s = sub.add_parser("table", help="the ladder table: measured on a GPU, compile/SASS + recorded on CPU")
     s.add_argument("--track", choices=("hopper", "blackwell"))

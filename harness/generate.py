@@ -8,7 +8,8 @@ Kinds: ``results <step>``, ``sass <step> [<against>]``, ``table <track>``, ``sto
 ``code <step> [<against>]`` (the code diff against the predecessor, docstrings and comments stripped),
 ``smem <step> ...`` (the smem store model against ncu's counters, per recorded profile),
 ``stores <step> ...`` (the model's cost of each thread-issued smem store, per warp instruction),
-``banks <step> <store>`` (which banks one warp store hits, per quarter-warp), ``tmem <step>`` (TMEM columns).
+``banks <step> <store>`` (which banks one warp store hits, per quarter-warp), ``tmem <step>`` (TMEM columns),
+``budget <step> ...`` (the softmax's main-loop instructions per score element, by class, from the SASS).
 """
 
 from __future__ import annotations
@@ -509,6 +510,33 @@ def code_block(step_id: str, against: str | None = None) -> str:
     return text
 
 
+def budget_block(*step_ids: str) -> str:
+    """The softmax instruction budget (harness/softmax_budget.py) of each step on each of its archs:
+    main-loop instructions per score element by class, and for sm_100a the issue-cycle arithmetic
+    per K/V tile against the tensor cores' cycles."""
+    from harness import softmax_budget as sb
+    steps = [resolve(s) for s in step_ids]
+    budgets = [sb.budget(step, arch) for step in steps for arch in step.info.archs]
+    headers, rows = sb.table(budgets)
+    out = [markdown_table(rows, headers), "",
+           "Per thread and K/V tile: the instructions of the main loop's body (one pass = one tile) over the "
+           "E score elements the thread owns; the classes sum to the total. Static counts from the SASS, not a "
+           "measurement."]
+    for b in budgets:
+        if b["arch"] != "sm_100a" or not b.get("loop"):
+            continue
+        c = sb.tile_cycles(b)
+        step = resolve(b["step"])
+        note = "" if measured_on(results.latest_for(step.id), ARCH_CAPABILITY["sm_100a"]) else f" ({NOT_RUN_B200})"
+        out.append(f"\n{b['step']}{note}: issue {b['total_per_element']:.2f} instr/element x {c['elements']:,} "
+                   f"elements ({b['tile_m']}x{b['tile_n']}) / {sb.WARP} threads per warp / {sb.SCHEDULERS_PER_SM} "
+                   f"schedulers = {c['issue']:,.0f} cycles ({c['issue_low']:,.0f} without the conditional blocks) "
+                   f"per K/V tile per CTA; tensor cores 2 GEMMs x 2 x {b['tile_m']}x{b['tile_n']}x{b['head_dim']} "
+                   f"FLOP / {c['flop_per_clk']:,} dense FLOP/clk/SM (B200) = {c['mma']:,.0f} cycles: "
+                   f"issue / MMA = {c['issue'] / c['mma']:.2f}.")
+    return "\n".join(out) + "\n"
+
+
 def render(spec: str) -> str:
     """One generated block from its spec: the kind, then its arguments (``sass b03 b02``)."""
     kind, *args = spec.split()
@@ -516,7 +544,7 @@ def render(spec: str) -> str:
               "profile": profile_block, "profiles": profiles_block, "compare": compare_block,
               "experiments": experiments_block, "checks": checks_block, "stock": stock_block, "smem": smem_block,
               "stores": stores_block, "banks": banks_block, "tmem": tmem_block,
-              "code": code_block}
+              "code": code_block, "budget": budget_block}
     if kind not in blocks:
         raise ValueError(f"unknown generated block kind {kind!r}")
     return blocks[kind](*args)
