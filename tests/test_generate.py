@@ -184,3 +184,22 @@ def test_bank_and_tmem_pictures_are_drawn_from_the_steps():
     for label in [*info.extra["tmem_map"], *info.extra["tmem_aliases"]]:
         assert f"|{label}-" in b06
     assert b06.index("|O0") - b06.index("|S0") == info.extra["tmem_map"]["O0"][0] // 8
+
+
+def test_a_budget_block_is_stale_for_its_float_classes_but_not_for_what_register_allocation_moves(tmp_path):
+    """ptxas may schedule the same PTX differently from run to run (b05: 186 or 196 registers): the
+    budget's "other" class, the totals on it and the loop length move with it; its floating-point
+    and MUFU classes must not."""
+    doc = tmp_path / "doc.md"
+    block = "<!-- ladder:begin budget b04 -->\n" + generate.render("budget b04") + "<!-- ladder:end -->\n"
+    doc.write_text(block)
+    assert not generate.refresh(doc, write=False)
+    moved = re.sub(r"(\| other\s*\|\s*)(\d+\.\d+)", lambda m: m.group(1) + "9.99", block)
+    moved = re.sub(r"(\| \*\*total\*\*[^|]*\|\s*)\*\*(\d+\.\d+)\*\*", lambda m: m.group(1) + "**99.99**", moved)
+    assert moved != block
+    doc.write_text(moved)
+    assert not generate.refresh(doc, write=False)
+    ffma = re.sub(r"(\| FFMA\s*\|\s*)(\d+\.\d+)", lambda m: m.group(1) + "9.99", block)
+    assert ffma != block
+    doc.write_text(ffma)
+    assert generate.refresh(doc, write=False)
