@@ -46,23 +46,24 @@ def _first_ld(ptx):
     return index, dests, lines[index + 1].strip()
 
 
-@pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
-def test_no_tcgen05_ld_result_is_used_before_the_wait(step):
-    ptx = _ptx(step)
-    assert _lines_matching(ptx, r"tcgen05\.ld\."), f"{step.id}: no tcgen05.ld to check"
-    hazards = ptx_lint.tcgen05_ld_early_uses(ptx)
-    assert not hazards, "\n".join(map(str, hazards[:10]))
-    # not vacuous: without its waits, the same kernel's softmax reads the loads too early
-    assert ptx_lint.tcgen05_ld_early_uses(_without_lines(ptx, r"tcgen05\.wait::ld"))
+RULES = {  # rule -> (the instruction it is about, the wait the rule requires)
+    "ld": (ptx_lint.tcgen05_ld_early_uses, r"tcgen05\.ld\.", r"tcgen05\.wait::ld"),
+    "st": (ptx_lint.tcgen05_st_unfenced_handoffs, r"tcgen05\.st\.", r"tcgen05\.wait::st"),
+}
 
 
+@pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
-def test_tmem_stores_are_waited_and_fenced_before_every_handoff(step):
+def test_every_tcgen05_load_and_store_is_waited_before_use(step, rule):
+    """ld: no use of a tcgen05.ld result before tcgen05.wait::ld; st: every tcgen05.st waited and
+    fenced before any hand-off to another thread."""
+    lint, instruction, wait = RULES[rule]
     ptx = _ptx(step)
-    assert _lines_matching(ptx, r"tcgen05\.st\."), f"{step.id}: no tcgen05.st to check"
-    hazards = ptx_lint.tcgen05_st_unfenced_handoffs(ptx)
+    assert _lines_matching(ptx, instruction), f"{step.id}: nothing to check"
+    hazards = lint(ptx)
     assert not hazards, "\n".join(map(str, hazards[:10]))
-    assert ptx_lint.tcgen05_st_unfenced_handoffs(_without_lines(ptx, r"tcgen05\.wait::st"))
+    # not vacuous: without its waits, the same kernel breaks the rule
+    assert lint(_without_lines(ptx, wait))
 
 
 # --- rule 1 on broken copies of b08 ---------------------------------------------------------
