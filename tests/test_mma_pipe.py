@@ -1,0 +1,91 @@
+"""The MMA-pipe hazard model (harness/mma_pipe.py): every tcgen05.mma pair of a Blackwell step that
+relies on issue order across accumulators is a documented one, and the model does catch new ones."""
+
+import pytest
+from conftest import STEPS, step_id
+
+from harness import mma_pipe
+from harness.mma_pipe import Barrier, Commit, Mma, Wait
+
+BLACKWELL = [s for s in STEPS if s.track == "blackwell"]
+TMEM_MAP = {"S0": (0, 128), "S1": (128, 128), "O0": (256, 128), "O1": (384, 128)}
+ALIASES = {"P0": ("S0", 0, 64), "P1": ("S1", 0, 64)}
+
+
+@pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
+def test_hazards_are_exactly_the_documented_ones(step):
+    assert mma_pipe.hazards(step) == set(mma_pipe.DOCUMENTED.get(step.id, {}))
+
+
+def test_only_b08_relies_on_cross_accumulator_issue_order():
+    assert set(mma_pipe.DOCUMENTED) == {"b08"}
+    assert all("issue order across accumulators" in why for why in mma_pipe.DOCUMENTED["b08"].values())
+
+
+def _ptx(between_pv_and_s: str) -> str:
+    """A PTX-like MMA loop: S0 = Q K (SS), commit s_full, wait p_full, O0 += P0 V (TS), then
+    ``between_pv_and_s`` and the loop's back edge to S0 of the next iteration."""
+    return f"""
+\tadd.s32 \t%r9, %r1, 64;
+\tadd.s32 \t%r10, %r1, 72;
+\tadd.s32 \t%r11, %r1, 80;
+\tadd.s32 \t%r20, %r5, 256;
+\tadd.s32 \t%r21, %r5, 8;
+$L__BB0_1:
+\ttcgen05.mma.cta_group::1.kind::f16 [%r5], %rd1, %rd2, %r6, %p1;
+\ttcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 \t[%r9];
+\tmbarrier.try_wait.parity.shared.b64 P1, [%r10], %r3, 10000000;
+\ttcgen05.mma.cta_group::1.kind::f16 [%r20], [%r21], %rd3, %r7, %p1;
+{between_pv_and_s}
+\t@%p2 bra \t$L__BB0_1;
+"""
+
+
+def test_an_undocumented_hazard_is_reported():
+    body, feeds = mma_pipe.events(_ptx(""), TMEM_MAP, ALIASES)
+    assert [type(e).__name__ for e in body] == ["Mma", "Commit", "Wait", "Mma"]
+    found = mma_pipe.find_hazards(body, feeds)
+    assert found == {("O0 += P0·B reads P0 in S0", "S0 written")}
+    assert found - set(mma_pipe.DOCUMENTED.get("synthetic", {})) == found
+
+
+def test_a_commit_alone_or_a_wait_on_another_barrier_orders_nothing():
+    commit_only = "\ttcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 \t[%r11];"
+    other_wait = "\tmbarrier.try_wait.parity.shared.b64 P1, [%r10], %r4, 10000000;"
+    for between in (commit_only, other_wait, commit_only + "\n" + other_wait):
+        body, feeds = mma_pipe.events(_ptx(between), TMEM_MAP, ALIASES)
+        assert mma_pipe.find_hazards(body, feeds), between
+
+
+def test_removing_the_wait_turns_a_non_hazard_into_a_hazard():
+    waited = ("\ttcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 \t[%r11];\n"
+              "\tmbarrier.try_wait.parity.shared.b64 P1, [%r11], %r4, 10000000;")
+    body, feeds = mma_pipe.events(_ptx(waited), TMEM_MAP, ALIASES)
+    assert mma_pipe.find_hazards(body, feeds) == set()
+    without = [e for e in body if not isinstance(e, Wait) or e.barrier.offset != 80]
+    assert len(without) == len(body) - 1
+    assert mma_pipe.find_hazards(without, feeds) == {("O0 += P0·B reads P0 in S0", "S0 written")}
+
+
+def _body(kv: Barrier, kv_empty: Barrier):
+    s0 = Mma("S0", (0, 128))
+    pv = Mma("O0", (256, 384), "P0", "S0", (0, 64))
+    return [Wait(kv), s0, Commit(Barrier("%r1", 8, False)), Wait(Barrier("%r1", 16, False)), pv,
+            Commit(kv_empty)]
+
+
+def test_a_one_stage_kv_wait_orders_but_a_ring_stage_does_not():
+    """b07 against b08: the wait on kv_full at the loop top is fed by kv_empty (the load warp waits on
+    it and then loads). With one K/V buffer that is the commit after P V(j); with a ring, iteration
+    j+1 waits on the other stage, fed by iteration j-1."""
+    feeds = {("%r1", 32, "%r1", 0)}
+    one_stage = _body(Barrier("%r1", 0, False), Barrier("%r1", 32, False))
+    ring = _body(Barrier("%r1", 0, True), Barrier("%r1", 32, True))
+    assert mma_pipe.find_hazards(one_stage, feeds) == set()
+    assert mma_pipe.find_hazards(one_stage, set()) == {("O0 += P0·B reads P0 in S0", "S0 written")}
+    assert mma_pipe.find_hazards(ring, feeds) == {("O0 += P0·B reads P0 in S0", "S0 written")}
+
+
+def test_same_accumulator_pairs_are_never_hazards():
+    o = Mma("O0", (256, 384), "P0", "S0", (0, 64))
+    assert mma_pipe.find_hazards([o, o, Mma("O0", (256, 384))]) == set()
