@@ -17,6 +17,8 @@ def main(argv: list[str]) -> int:
             payload = measure.measure_step(step_id)
         elif job == "selfcheck":
             payload = measure.selfcheck_step(step_id)
+        elif job == "selfcheck-guard":
+            payload = measure.selfcheck_step(step_id, guard=True)
         elif job == "stock":
             payload = measure.measure_stock()
         else:

@@ -399,17 +399,57 @@ def cmd_table(args) -> int:
     return run.exit_code
 
 
+GUARD_TIMEOUT = 60.0   # selfcheck --guard: tiny shapes finish in seconds; a minute means a hang
+
+
+def _guarded_compiles(steps: list[Step]) -> int:
+    """Compile the Blackwell steps with TMEM guardrails where none can run: what a CPU (or an H200)
+    can check of ``selfcheck --guard``."""
+    from harness.compile import compile_step
+    code = 0
+    for step in steps:
+        try:
+            report = compile_step(step, "sm_100a", guard=True)
+            console.print(f"{step.id}: compiled for sm_100a with TMEM guardrails ({report.compile_seconds:.1f} s); "
+                          "[yellow]not run: no sm_100 GPU here[/yellow]")
+        except Exception as e:   # a compile error is the finding: report it, go on
+            console.print(f"[red]{step.id}: guarded compile failed: {type(e).__name__}: {e}[/red]")
+            code = 1
+    return code
+
+
+def _hang_suspects(step: Step) -> None:
+    """On a timeout: the step's barrier waits and who arrives on each (from the protocol model)."""
+    from harness import protocol
+    console.print(f"[red]{step.id} did not finish: a hang. Its barriers, who waits and who arrives "
+                  "(harness/protocol.py, from the kernel source):[/red]")
+    try:
+        for line in protocol.describe(step.module):
+            console.print(line, markup=False, highlight=False)
+    except Exception as e:
+        console.print(f"(the protocol model could not read {step.id}: {e})")
+
+
 def cmd_selfcheck(args) -> int:
+    timeout = args.timeout if args.timeout is not None else (GUARD_TIMEOUT if args.guard else 600.0)
     cap, name = _gpu()
+    candidates = [s for s in (_select(args) if args.steps else discover()) if not s.variant]
+    if args.guard:
+        unrunnable = [s for s in candidates if "sm_100a" in s.info.archs and not _runnable(s, cap)]
+        code = _guarded_compiles(unrunnable)
+        if cap is None:
+            console.print("[yellow]selfcheck --guard compiled what it could; nothing ran (no CUDA GPU).[/yellow]")
+            return code or 2
     if cap is None:
         console.print("[yellow]selfcheck needs a CUDA GPU; none here. On a CPU, `ladder table` compiles every step.[/yellow]")
         return 2
-    steps = [s for s in (_select(args) if args.steps else discover()) if _runnable(s, cap) and not s.variant]
+    steps = [s for s in candidates if _runnable(s, cap)]
     console.print(f"{name} (sm_{cap[0]}{cap[1]}): {len(steps)} runnable steps"
-                  + (f", under compute-sanitizer --tool={args.sanitize}" if args.sanitize else ""))
+                  + (f", under compute-sanitizer --tool={args.sanitize}" if args.sanitize else "")
+                  + (f", TMEM guardrails on sm_100a, timeout {timeout:.0f} s" if args.guard else ""))
     passed = []
     for step in steps:
-        res = _measure(step, "selfcheck", args.timeout, sanitizer=args.sanitize)
+        res = _measure(step, "selfcheck-guard" if args.guard else "selfcheck", timeout, sanitizer=args.sanitize)
         nums = (res.payload or {}).get("numerics", [])
         ok = res.status == "ok" and nums and all(n["passed"] for n in nums)
         detail = "; ".join(f"{n['case']} {n['max_error']:.1e}/{n['bound']:.1e}" for n in nums)
@@ -420,11 +460,14 @@ def cmd_selfcheck(args) -> int:
                           f"{'sanitizer reports' if reports else (res.error or 'numerics')[:2000]}[/red]")
             for line in reports:
                 console.print(line, markup=False)
+            if res.status == "timeout":
+                _hang_suspects(step)
             return 1
         passed.append(step)
     console.print("[green]all runnable steps pass[/green]")
     if args.record:
-        results.record_selfcheck(Path(args.record), args.sanitize or "none", passed)
+        tool = "+".join(t for t in ("guard" if args.guard else "", args.sanitize or "") if t) or "none"
+        results.record_selfcheck(Path(args.record), tool, passed)
         console.print(f"recorded into {args.record}")
     return 0
 
@@ -494,7 +537,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("selfcheck", help="every runnable step at tiny shapes, each in a child with a timeout")
     s.add_argument("--steps", help="comma-separated step ids (default: every runnable step)")
     s.add_argument("--sanitize", choices=("memcheck", "racecheck", "synccheck", "initcheck"))
-    s.add_argument("--timeout", type=float, default=600.0)
+    s.add_argument("--guard", action="store_true",
+                   help="TMEM guardrails (ptxas) on sm_100a, a 60 s timeout, and on a hang the barriers "
+                        "each role waits on; where a step cannot run, compile it with guardrails")
+    s.add_argument("--timeout", type=float, default=None, help="per step, seconds (default 600; 60 with --guard)")
     s.add_argument("--record", metavar="FILE", help="note the clean run (tool, steps, provenance) in this results file")
     s.set_defaults(fn=cmd_selfcheck)
     s = sub.add_parser("profile", help="Nsight Compute counters for one step at one bench shape (GPU)")

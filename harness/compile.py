@@ -26,6 +26,10 @@ from harness.steps import Step
 
 COMPILE_DIR = BUILD / "compile"
 
+# ptxas's tensor-memory guardrails (sm_100a): every TMEM access checks that its columns are
+# allocated, in bounds and touched by the warp that owns those lanes, and traps if not.
+TMEM_GUARD = "--ptxas-options=--g-tensor-memory-access-check"
+
 
 @dataclass
 class CompileReport:
@@ -45,29 +49,35 @@ class CompileReport:
 _memo: dict[tuple[str, str, str], CompileReport] = {}
 
 
-def compile_key(step: Step, arch: str) -> tuple[str, str, str]:
+def compile_key(step: Step, arch: str, guard: bool = False) -> tuple[str, ...]:
     """What makes two compiles the same: the file (resolved path), what it and the contract
-    contain, the DSL release, and the arch; never the step's id, which a variant file may share."""
+    contain, the DSL release, and the arch; never the step's id, which a variant file may share.
+    A guarded build (TMEM guardrails) is another kernel: its own key, never in a SASS table."""
     fingerprint = json.dumps(step.fingerprint, sort_keys=True)
-    return str(step.path.resolve()), fingerprint, arch
+    return (str(step.path.resolve()), fingerprint, arch) + (("tmem-guard",) if guard else ())
 
 
-def compile_step(step: Step, arch: str) -> CompileReport:
-    key = compile_key(step, arch)
+def compile_step(step: Step, arch: str, guard: bool = False) -> CompileReport:
+    """Compile ``step`` for ``arch`` on any machine; ``guard``: with ptxas's TMEM guardrails
+    (sm_100a), for ``ladder selfcheck --guard`` only."""
+    key = compile_key(step, arch, guard)
     if key in _memo:
         return _memo[key]
     if arch not in step.info.archs:
         raise ValueError(f"step {step.id} targets {', '.join(step.info.archs)}, not {arch}")
+    if guard and arch != "sm_100a":
+        raise ValueError(f"TMEM guardrails exist on sm_100a only, not {arch}")
     from ladder import contract
 
     COMPILE_DIR.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:16]
-    final = COMPILE_DIR / f"{step.path.stem}-{arch}-{digest}"
+    final = COMPILE_DIR / f"{step.path.stem}-{arch}{'-guard' if guard else ''}-{digest}"
     # The DSL writes nothing (and says nothing) if the dump dir is missing: mkdtemp creates it.
     work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=COMPILE_DIR))
     try:
         start = time.perf_counter()
-        contract.compile_host(step.module.host, arch, f"--keep-cubin --keep-ptx --dump-dir {work}")
+        options = f"--keep-cubin --keep-ptx --dump-dir {work}" + (f" {TMEM_GUARD}" if guard else "")
+        contract.compile_host(step.module.host, arch, options)
         seconds = time.perf_counter() - start
         _expect_one_cubin_and_ptx(work)          # before publishing: a final directory is always whole
         out = _publish(work, final)
@@ -106,3 +116,22 @@ def threads_per_cta(ptx_text: str) -> int:
     for g in (m.groups() if m else ()):
         threads *= int(g or 1)
     return threads
+
+
+def guard_every_compile() -> None:
+    """From now on, in this process, compile every sm_100a kernel with TMEM guardrails: the switch
+    in the contract's compile path that ``ladder selfcheck --guard`` turns on in its own child.
+    It wraps ``contract.compile_host`` (which every run compiles through) instead of living in
+    ladder/contract.py, whose text is part of every recorded result's fingerprint; measured and
+    recorded runs never call it."""
+    from ladder import contract
+    plain = contract.compile_host
+    if getattr(plain, "guarded", False):
+        return
+
+    def compile_host(host, arch, options="", args=None):
+        extra = TMEM_GUARD if arch == "sm_100a" else ""
+        return plain(host, arch, " ".join(o for o in (options, extra) if o), args=args)
+
+    compile_host.guarded = True
+    contract.compile_host = compile_host

@@ -93,7 +93,12 @@ def measure_stock(seqlens=workloads.BENCH_SEQLENS, seed: int = 99) -> dict:
     return {"provenance": collect(), "bench": rows}
 
 
-def selfcheck_step(step_id: str) -> dict:
-    """Tiny shapes only: does the step run, finish and agree with the reference on this GPU?"""
+def selfcheck_step(step_id: str, guard: bool = False) -> dict:
+    """Tiny shapes only: does the step run, finish and agree with the reference on this GPU?
+    ``guard``: compile with ptxas's TMEM guardrails where the step targets sm_100a (a TMEM access
+    outside the allocation or the warp's lanes then traps instead of corrupting quietly)."""
     step = resolve(step_id)
-    return {"step": step.id, "numerics": check_numerics(step, cases=workloads.TINY_CASES)}
+    if guard:
+        from harness.compile import guard_every_compile
+        guard_every_compile()
+    return {"step": step.id, "guard": guard, "numerics": check_numerics(step, cases=workloads.TINY_CASES)}

@@ -37,6 +37,10 @@ class MBarrier:
     phase: int = 0
     pending: int = field(init=False)
     tx: int = 0
+    # phases (1-based completion numbers) to which an asynchronous agent contributed: a
+    # tcgen05.commit's arrive or a copy's bytes, which no thread's exit orders
+    async_completions: set = field(default_factory=set)
+    _async_now: bool = field(default=False, repr=False)
 
     def __post_init__(self):
         self.pending = self.count
@@ -45,18 +49,23 @@ class MBarrier:
         if self.pending == 0 and self.tx == 0:
             self.phase += 1
             self.pending = self.count
+            if self._async_now:
+                self.async_completions.add(self.phase)
+            self._async_now = False
 
-    def arrive(self, expect_tx: int = 0):
+    def arrive(self, expect_tx: int = 0, asynchronous: bool = False):
         if self.pending == 0:
             raise ProtocolError("arrive on a barrier with no pending arrivals")
         self.tx += expect_tx
         self.pending -= 1
+        self._async_now |= asynchronous
         self._maybe_complete()
 
     def complete_tx(self, nbytes: int):
         self.tx -= nbytes
         if self.tx < 0:
             raise ProtocolError("a copy delivered more bytes than were announced")
+        self._async_now = True
         self._maybe_complete()
 
     def try_wait(self, parity: int) -> bool:

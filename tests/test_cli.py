@@ -98,4 +98,4 @@ def test_the_child_jobs_accept_a_variant_path(monkeypatch, tmp_path):
     copy = tmp_path / "my_01.py"
     shutil.copy(resolve("01").path, copy)
     monkeypatch.setattr(workloads, "TINY_CASES", ())       # nothing to run on this CPU
-    assert measure.selfcheck_step(str(copy)) == {"step": "my_01", "numerics": []}
+    assert measure.selfcheck_step(str(copy)) == {"step": "my_01", "guard": False, "numerics": []}

@@ -12,7 +12,9 @@ loop: the roles talk only through mbarriers, each completed by the role that pro
   p_full[g] softmax g -> MMA  P_g written, O_g rescaled (128 thread arrivals)
   o_full    MMA -> softmax    the last P V is done: O is final (tcgen05.commit)
 
-One K/V buffer, as in b06: the load of tile j+1 waits for kv_empty of tile j.
+One K/V buffer, as in b06: the load of tile j+1 waits for kv_empty of tile j. After the last tile
+the load warp waits for kv_empty once more (FA4's producer tail): a commit's arrive is made by
+the tensor core, and every one of them must be waited for before the CTA exits.
 
 Why: in b06 every warp runs the same serial chain (load wait, MMA issue, MMA wait, softmax,
 barrier, MMA issue, MMA wait), so while the tensor cores run nobody else can proceed, and every
@@ -311,6 +313,12 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                 cute.arch.mbarrier_arrive_and_expect_tx(kv_full, kv_bytes)
             cute.copy(tma_K, tKgK[None, n_block], tKsK, tma_bar_ptr=kv_full)
             cute.copy(tma_V, tVgV[None, n_block], tVsV, tma_bar_ptr=kv_full)
+        # Producer tail. wait: the last tile's MMAs are done with the buffer (kv_empty's last
+        # phase, the one a next tile would wait for). That arrive comes from the tensor core's
+        # commit, not from a thread, so no thread's exit orders it: without this wait it could
+        # land after the CTA has exited, in shared memory that already belongs to the next CTA.
+        _, parity = ring_position(n_blocks)
+        cute.arch.mbarrier_wait(kv_empty, parity ^ 1)
 
     elif warp_idx == MMA_WARP:
         # ------------------------------------------------------------------------- MMA warp

@@ -313,6 +313,17 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                 cute.arch.mbarrier_arrive_and_expect_tx(kv_full + stage, kv_bytes)
             cute.copy(tma_K, tKgK[None, n_block], tKsK[None, stage], tma_bar_ptr=kv_full + stage)
             cute.copy(tma_V, tVgV[None, n_block], tVsV[None, stage], tma_bar_ptr=kv_full + stage)
+        # Producer tail: drain the ring before the exit barrier. The kv_empty arrives come from the
+        # tensor core's commits, not from a thread, so no thread's exit orders them: without these
+        # waits one could land after the CTA has exited, in shared memory that already belongs to
+        # the next CTA. Positions n_blocks .. n_blocks + NUM_STAGES - 1 are the next round of each
+        # stage, so their waits are each stage's last phase.
+        for i in cutlass.range_constexpr(NUM_STAGES):
+            stage, parity = ring_position(n_blocks + i)
+            # wait: the last MMAs that read stage s are done. Pairs with the MMA warp's last
+            # tcgen05.commit (its arrive) on kv_empty[s]: parity ^ 1, as in the loop; a stage no
+            # tile used (n_blocks < NUM_STAGES) passes at once, as in round 0.
+            cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
 
     elif warp_idx == MMA_WARP:
         # ------------------------------------------------------------------------- MMA warp

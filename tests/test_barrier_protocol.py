@@ -1,0 +1,168 @@
+"""Every mbarrier of every step, read from the kernel's source (harness/protocol.py) and replayed
+under random schedules: no deadlock, every wait passes on the completion it is meant for, every
+asynchronous arrive (tcgen05.commit, a copy's bytes) is waited for before the CTA exits. The
+arrival counts the model reads from the source are the ones the compiled PTX initialises.
+
+The model must be able to fail: each broken copy below is a bug a kernel could have (two of them
+are bugs these kernels had)."""
+
+import inspect
+
+import pytest
+from conftest import STEPS, step_id
+
+from harness import protocol
+from harness.compile import compile_step
+from harness.pipeline_model import ProtocolError
+from harness.steps import resolve
+
+
+def _arch(step):
+    return "sm_100a" if step.track == "blackwell" else step.info.archs[0]
+
+
+@pytest.mark.parametrize("step", STEPS, ids=step_id)
+def test_protocol_never_deadlocks_and_every_wait_observes_its_own_phase(step):
+    protocol.replay_many(step.module)
+
+
+def test_the_model_sees_every_handoff_of_the_warp_specialized_steps():
+    names = {sid: {b.name for b in protocol.extract(resolve(sid).module, 2).counts}
+             for sid in ("b02", "b04", "b07", "b08", "h08")}
+    assert names["b02"] == {"mma_done"}
+    assert names["b04"] == {"q_full", "kv_full", "s_done", "o_done"}
+    assert names["b07"] == names["b08"] == {"q_full", "kv_full", "kv_empty", "s_full", "p_full", "o_full"}
+    assert names["h08"] == {"q_full", "kv_full", "kv_empty"}
+
+
+@pytest.mark.parametrize("step", STEPS, ids=step_id)
+def test_arrival_counts_are_the_ones_the_ptx_initialises(step):
+    ptx = compile_step(step, _arch(step)).ptx.read_text()
+    model = sorted(protocol.extract(step.module, 2).counts.values())
+    assert protocol.ptx_init_counts(ptx) == model
+
+
+def test_ptx_init_counts_reads_registers_and_immediates():
+    ptx = "mov.b32 \t%r85, 1;\nmov.u32 %r86, 128;\nmbarrier.init.shared.b64 \t[%r9], %r85;\n" \
+          "mbarrier.init.shared::cta.b64 [%r1+16], %r86;\nmbarrier.init.shared.b64 [%r2], 8;\n" \
+          "fence.mbarrier_init.release.cluster;"
+    assert protocol.ptx_init_counts(ptx) == [1, 8, 128]
+
+
+def test_the_blackwell_load_warp_waits_out_every_commit_before_exit():
+    """b07/b08's producer tail: the load warp's last waits observe the last kv_empty phase of every
+    stage, for any tile count (including fewer tiles than stages)."""
+    for sid, stages in (("b07", 1), ("b08", 2)):
+        for n in range(1, 6):
+            proto = protocol.extract(resolve(sid).module, n)
+            load = proto.warps[resolve(sid).module.LOAD_WARP]
+            waits = [op for op in load if op.kind == "wait" and op.bar.name == "kv_empty"]
+            assert len(waits) == n + stages
+
+
+def test_describe_names_each_barrier_its_waiters_and_arrivers():
+    text = "\n".join(protocol.describe(resolve("b08").module))
+    assert "p_full[0..1] (arrival count 128)" in text
+    assert "mma warp 8: wait" in text and "warps 0-7: arrive" in text
+    assert "load warp 9: wait" in text and "tcgen05.commit arrives" in text
+
+
+# ---- broken copies --------------------------------------------------------------------------------
+
+def _broken(step_id_, *edits):
+    module = resolve(step_id_).module
+    source = inspect.getsource(module)
+    for old, new in edits:
+        assert old in source, f"{step_id_} no longer contains {old!r}: update this test"
+        source = source.replace(old, new)
+    return module, source
+
+
+def _replay(module, source):
+    protocol.replay_many(module, source=source, n_blocks=range(1, 5), seeds=range(10))
+
+
+B08_TAIL = """            cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
+
+    elif warp_idx == MMA_WARP:"""
+B07_TAIL = """        _, parity = ring_position(n_blocks)
+        cute.arch.mbarrier_wait(kv_empty, parity ^ 1)
+"""
+
+
+@pytest.mark.parametrize("sid,tail", [("b07", B07_TAIL), ("b08", B08_TAIL)], ids=["b07", "b08"])
+def test_without_the_producer_tail_a_commit_may_land_after_exit(sid, tail):
+    """b07/b08 as they were before the producer tail: the last kv_empty commit is never waited for."""
+    with pytest.raises(ProtocolError, match="kv_empty.*asynchronous arrive .* no warp waits for"):
+        _replay(*_broken(sid, (tail, tail.replace("cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)",
+                                                   "pass") if sid == "b08" else "")))
+
+
+def test_one_barrier_for_s_and_o_is_caught():
+    """b04's S and O hand-offs on one barrier, each waited with parity j % 2 (the shared-barrier bug)."""
+    with pytest.raises(ProtocolError, match="deadlock|already observed"):
+        _replay(*_broken("b04", ("tcgen05.commit(o_done)", "tcgen05.commit(s_done)"),
+                         ("mbarrier_wait(o_done, n_block % 2)", "mbarrier_wait(s_done, n_block % 2)")))
+
+
+def test_two_phase_barrier_waited_twice_with_one_parity_is_caught():
+    """b02's mma_done completes twice per tile; waiting both times with parity 0 re-reads phase 1."""
+    with pytest.raises(ProtocolError, match="already observed"):
+        _replay(*_broken("b02", ("mbarrier_wait(mma_done, 1)", "mbarrier_wait(mma_done, 0)")))
+
+
+@pytest.mark.parametrize("count", ["TILE_M // 2", "2 * TILE_M", "TILE_M - 1"])
+def test_a_wrong_softmax_arrival_count_is_caught(count):
+    with pytest.raises(ProtocolError):
+        _replay(*_broken("b08", ("mbarrier_init(p_full + g, TILE_M)", f"mbarrier_init(p_full + g, {count})")))
+
+
+@pytest.mark.parametrize("count", ["NUM_CONSUMER_WARPS - 1", "NUM_CONSUMER_WARPS + 1"])
+def test_a_wrong_consumer_arrival_count_is_caught(count):
+    with pytest.raises(ProtocolError, match="half done|deadlock|later than"):
+        _replay(*_broken("h08", ("mbarrier_init(kv_empty + stage, NUM_CONSUMER_WARPS)",
+                                 f"mbarrier_init(kv_empty + stage, {count})")))
+
+
+def test_a_producer_that_never_waits_for_a_free_stage_is_caught():
+    with pytest.raises(ProtocolError, match="no warp ever waits"):
+        _replay(*_broken("h08", ("cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)", "pass")))
+
+
+def test_a_consumer_one_phase_behind_is_caught():
+    """Waiting kv_full with the other parity passes on the fresh barrier before any data landed;
+    the last copy's bytes are then never waited for."""
+    with pytest.raises(ProtocolError, match="kv_full"):
+        _replay(*_broken("b08", ("cute.arch.mbarrier_wait(kv_full + stage, parity)",
+                                 "cute.arch.mbarrier_wait(kv_full + stage, parity ^ 1)")))
+
+
+def test_single_buffer_parity_on_the_ring_deadlocks():
+    with pytest.raises(ProtocolError, match="deadlock"):
+        _replay(*_broken("h08", ("cute.arch.mbarrier_wait(kv_full + stage, parity)",
+                                 "cute.arch.mbarrier_wait(kv_full + stage, n_block % 2)")))
+
+
+def test_barrier_operations_the_walk_cannot_decide_are_refused():
+    module, source = _broken("b08", ("        for n_block in range(n_blocks):\n            # Tile j goes",
+                                     "        while n_blocks > 0:\n            # Tile j goes"))
+    with pytest.raises(protocol.ExtractionError, match="while"):
+        protocol.extract(module, 2, source=source)
+
+
+def test_a_first_wait_that_passes_on_a_later_completion_is_caught():
+    """A waiter that arrives late to a barrier already two phases on (hand-built protocol: one warp
+    arrives three times, another waits once with parity 0)."""
+    bar = protocol.Bar("b")
+    arrive = protocol.Op("arrive", 1, "arrive", bar, 1)
+    proto = protocol.Protocol("toy", [[arrive] * 3, [protocol.Op("wait", 2, "wait", bar, 0)]], {bar: 1})
+    with pytest.raises(ProtocolError, match="first wait .* passed on completion 3"):
+        for seed in range(40):
+            protocol.replay(proto, seed)
+
+
+def test_an_arrive_on_another_ctas_barrier_is_refused():
+    module, source = _broken("b08", ("cute.arch.mbarrier_arrive(p_full + q_tile)",
+                                     "cute.arch.mbarrier_arrive(p_full + q_tile, 1)"))
+    with pytest.raises(protocol.ExtractionError, match="another CTA"):
+        protocol.extract(module, 2, source=source)

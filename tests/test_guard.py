@@ -1,0 +1,83 @@
+"""``ladder selfcheck --guard``: ptxas's TMEM guardrails on the Blackwell steps, a short timeout,
+and on a hang the barriers each role waits on.
+
+On a CPU: every b-step compiles with guardrails (and the guarded build is another kernel, never
+the one the SASS tables read); the command compiles and says nothing ran. The timeout path is
+driven with a fake child result, so the hang report is checked without a hang."""
+
+import collections
+
+import pytest
+from conftest import STEPS, step_id
+
+from harness import cli
+from harness.compile import compile_step
+from harness.isolate import ChildResult
+from harness.steps import resolve
+from ladder import contract
+
+BLACKWELL = [s for s in STEPS if s.track == "blackwell"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
+def test_every_blackwell_step_compiles_with_tmem_guardrails(step):
+    plain, guarded = compile_step(step, "sm_100a"), compile_step(step, "sm_100a", guard=True)
+    assert guarded.cubin.parent != plain.cubin.parent
+    # The guardrails are calls to ptxas's checking routine around TMEM accesses: many more calls.
+    calls = [collections.Counter(r.sass.opcodes)["CALL.REL.NOINC"] for r in (plain, guarded)]
+    assert calls[1] > calls[0] + 10, calls
+
+
+def test_guardrails_exist_on_sm_100a_only():
+    with pytest.raises(ValueError, match="sm_100a only"):
+        compile_step(resolve("h08"), "sm_90a", guard=True)
+
+
+def test_the_guard_switch_is_off_unless_turned_on(monkeypatch):
+    """Every compile goes through contract.compile_host; guard_every_compile adds the guard option
+    for sm_100a only, once (cute.compile is replaced: nothing is compiled here)."""
+    import cutlass.cute as cute
+
+    from harness.compile import TMEM_GUARD, guard_every_compile
+    seen = []
+    monkeypatch.setattr(cute, "compile", lambda host, *args, options: seen.append(options))
+    monkeypatch.setattr(contract, "compile_host", contract.compile_host)   # restored after the test
+    contract.compile_host(lambda *a: None, "sm_100a", args=())
+    guard_every_compile()
+    guard_every_compile()
+    contract.compile_host(lambda *a: None, "sm_100a", args=())
+    contract.compile_host(lambda *a: None, "sm_90a", args=())
+    assert seen == ["--gpu-arch sm_100a", f"--gpu-arch sm_100a {TMEM_GUARD}", "--gpu-arch sm_90a"]
+
+
+def _run(capsys, *argv):
+    code = cli.main(list(argv))
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.skipif(cli._gpu()[0] is not None, reason="CPU-machine behaviour")
+def test_selfcheck_guard_on_a_cpu_compiles_and_says_nothing_ran(capsys):
+    code, out = _run(capsys, "selfcheck", "--guard", "--steps", "b02,h02")
+    assert code == 2
+    assert "b02: compiled for sm_100a with TMEM guardrails" in out and "not run" in out
+    assert "h02" not in out.replace("b02,h02", "")        # no guardrails to compile for a Hopper step
+    assert "nothing ran" in out
+
+
+def test_a_hang_names_the_barriers_each_role_waits_on(capsys, monkeypatch):
+    """A B200 run whose b08 times out: the report lists b08's waits and arrivals by role."""
+    seen = {}
+
+    def fake_measure(step, job, timeout, sanitizer=None):
+        seen.update(job=job, timeout=timeout)
+        return ChildResult("timeout", None, timeout, "")
+
+    monkeypatch.setattr(cli, "_gpu", lambda: ((10, 0), "NVIDIA B200 (fake)"))
+    monkeypatch.setattr(cli, "_measure", fake_measure)
+    code, out = _run(capsys, "selfcheck", "--guard", "--steps", "b08")
+    assert code == 1 and seen == {"job": "selfcheck-guard", "timeout": cli.GUARD_TIMEOUT}
+    assert "did not finish: a hang" in out
+    for expected in ("kv_empty[0..1]", "load warp 9: wait", "mma warp 8: wait", "warps 0-7: arrive",
+                     "p_full[0..1] (arrival count 128)"):
+        assert expected in out
