@@ -456,12 +456,21 @@ def compare_block(a: str, b: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _check_name(tool: str) -> str:
+    """"none", "racecheck", "guard", "guard+racecheck" -> how the checks block names the run."""
+    parts = tool.split("+")
+    sanitizer = [t for t in parts if t not in ("none", "guard")]
+    words = (["selfcheck --guard (60 s timeout, TMEM guardrails on sm_100a)"] if "guard" in parts else []) + \
+        [f"compute-sanitizer {t}" for t in sanitizer]
+    return " + ".join(words) or "selfcheck"
+
+
 def checks_block() -> str:
     """Which steps passed `ladder selfcheck`, plain and under each compute-sanitizer tool."""
     lines = []
     for data in results.all_recorded().values():
         for tool, entry in sorted(data.get("selfcheck", {}).items()):
-            what = "selfcheck" if tool == "none" else f"compute-sanitizer {tool}"
+            what = _check_name(tool)
             current = {s: e for s, e in entry.items() if not results.is_stale(resolve(s), e)}
             by_run = {}
             for step_id, e in current.items():

@@ -203,3 +203,11 @@ def test_a_budget_block_is_stale_for_its_float_classes_but_not_for_what_register
     assert ffma != block
     doc.write_text(ffma)
     assert generate.refresh(doc, write=False)
+
+
+def test_check_names_say_what_ran():
+    from harness.generate import _check_name
+    assert _check_name("none") == "selfcheck"
+    assert _check_name("racecheck") == "compute-sanitizer racecheck"
+    assert _check_name("guard").startswith("selfcheck --guard")
+    assert _check_name("guard+racecheck").endswith("+ compute-sanitizer racecheck")
