@@ -151,6 +151,65 @@ def _split_kv_edits(staged: bool):
     )
 
 
+# h10 without h09's turns: both consumer warpgroups issue their GEMMs and run their softmax at once
+# again (h08 with h10's exponential). What ping-pong is worth once the softmax is short.
+NO_PINGPONG = (
+    ("        if wg == 1:\n"
+     "            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)\n", ""),
+    ("        cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)\n\n"
+     "        for n_block in range(n_blocks):", "\n        for n_block in range(n_blocks):"),
+    ("            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)\n"
+     "            warpgroup.wait_group(0)\n", "            warpgroup.wait_group(0)\n"),
+    ("            cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)\n"
+     "            # O += P V", "            # O += P V"),
+    ("        if wg == 0:\n"
+     "            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)\n", ""),
+)
+
+# A fraction of h10's exponentials computed on the FMA pipe instead of the SFU (MUFU.EX2), as FA4
+# does on Blackwell: clamp at -127, round down by adding 1.5 * 2^23 (add.rm), take the fraction,
+# evaluate a degree-3 polynomial for 2^frac (Horner, plain FFMA: sm_90 has no FFMA2; FA4's
+# coefficients, fitted with sollya), and add the integer part into the exponent bits (shl + add).
+# One element in EMU_EVERY of each thread's row.
+_EX2_EMULATION_HELPER = '''
+
+EMU_EVERY = 8                  # 1 exponential in 8 (12.5%) emulated with FMAs
+POLY_EX2_DEG3 = (1.0, 0.695146143436431884765625, 0.227564394474029541015625, 0.077119089663028717041015625)
+ROUND_DOWN_MAGIC = float(2**23 + 2**22)   # adding it (rounding down) leaves floor(x) in the low bits
+
+
+@dsl_user_op
+def _asm_f32(asm: str, *args, loc=None, ip=None):
+    return cutlass.Float32(llvm.inline_asm(
+        T.f32(), [cutlass.Float32(a).ir_value(loc=loc, ip=ip) for a in args], asm, "=f" + ",f" * len(args),
+        has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT))
+
+
+def _ex2_on_fma_pipe(x):
+    """2^x for x <= 0 without the SFU: 2^floor(x) into the exponent, 2^frac by a polynomial."""
+    x = cute.arch.fmax(x, -127.0)
+    x_floor_bits = _asm_f32("add.rm.ftz.f32 $0, $1, $2;", x, ROUND_DOWN_MAGIC)
+    frac = x - (x_floor_bits - ROUND_DOWN_MAGIC)
+    poly = POLY_EX2_DEG3[3]
+    for c in POLY_EX2_DEG3[2::-1]:
+        poly = poly * frac + c
+    return _asm_f32("{ .reg .s32 e, m; mov.b32 e, $1; mov.b32 m, $2; shl.b32 e, e, 23; "
+                    "add.s32 m, m, e; mov.b32 $0, m; }", x_floor_bits, poly)
+'''
+EX2_EMULATION = (
+    ("import cutlass\nimport cutlass.cute as cute\n",
+     "import cutlass\nimport cutlass.cute as cute\nfrom cutlass._mlir.dialects import llvm\n"
+     "from cutlass.cutlass_dsl import T, dsl_user_op\n"),
+    ("\n\ndef ring_position(n_block):", _EX2_EMULATION_HELPER + "\n\ndef ring_position(n_block):"),
+    ("                p_row = cute.math.exp2(s_row * scale_log2 - m_scaled, fastmath=True)\n",
+     "                for c in cutlass.range_constexpr(cute.size(S_mn, mode=[1])):\n"
+     "                    x = S_mn[r, c] * scale_log2 - m_scaled\n"
+     "                    S_mn[r, c] = (_ex2_on_fma_pipe(x) if c % EMU_EVERY == EMU_EVERY - 1\n"
+     "                                  else cute.math.exp2(x, fastmath=True))\n"
+     "                p_row = S_mn[r, None].load()\n"),
+)
+
+
 EXPERIMENTS = {e.name: e for e in (
     Experiment("h04-one-cta-per-sm", "h04",
                "h04 padded with 24 KB of unused smem, so one CTA fits per SM, not two",
@@ -173,6 +232,11 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("h08-three-stages", "h08", "h08 with a ring of 3 K/V stages (224 KB of smem) instead of 2",
                (("NUM_STAGES = 2         # K/V ring depth: tiles in flight ahead of the consumers\n",
                  "NUM_STAGES = 3         # K/V ring depth: tiles in flight ahead of the consumers\n"),)),
+    Experiment("h10-no-pingpong", "h10",
+               "h10 without h09's turns: h08's lock-step warpgroups with h10's ex2 softmax", NO_PINGPONG),
+    Experiment("h10-exp2-emulation", "h10",
+               "h10 with 1 exponential in 8 computed by a degree-3 FMA polynomial instead of MUFU.EX2 "
+               "(FA4's Blackwell recipe, plain FFMA)", EX2_EMULATION),
     Experiment("h08-split-kv", "h08",
                "h08's 2-stage ring with K and V on separate full/empty barriers: S_j starts once K_j "
                "has landed, and K's stage is refilled right after S_j", _split_kv_edits(staged=True)),

@@ -228,7 +228,9 @@ def _profile_rows(metrics: dict, stall_names=None) -> list[tuple[str, str]]:
     """(counter, value) rows of one profile: the fixed counters, smem conflict shares, then the
     warp stall reasons (the largest ones, or exactly ``stall_names``)."""
     from harness.profile import METRICS, stall_reasons
-    rows = [(meaning, "n/a" if metrics.get(m) is None else f"{metrics[m]:,.1f}") for m, meaning in METRICS.items()]
+    # A counter added to METRICS after a profile was recorded is left out of that profile's table.
+    rows = [(meaning, "n/a" if metrics[m] is None else f"{metrics[m]:,.1f}")
+            for m, meaning in METRICS.items() if m in metrics]
     for op in ("ld", "st"):
         waves = metrics.get(f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum")
         conflicts = metrics.get(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum")
@@ -385,8 +387,9 @@ def profiles_block(*step_ids: str) -> str:
         names = []
         for _, prof in found:
             names += [r for r, _ in stall_reasons(prof["metrics"]) if r not in names]
-        columns = [_profile_rows(prof["metrics"], names) for _, prof in found]
-        table = [[label, *(col[i][1] for col in columns)] for i, (label, _) in enumerate(columns[0])]
+        columns = [dict(_profile_rows(prof["metrics"], names)) for _, prof in found]
+        labels = list(dict.fromkeys(label for col in sorted(columns, key=len, reverse=True) for label in col))
+        table = [[label, *(col.get(label, "n/a") for col in columns)] for label in labels]
         lines.append(markdown_table(table, ["counter", *(f"{step.id}" for step, _ in found)]))
         seqlens = sorted({prof["seqlen"] for _, prof in found})
         dates = sorted({prof["provenance"]["date"][:10] for _, prof in found})

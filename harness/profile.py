@@ -31,6 +31,11 @@ METRICS = {
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum": "smem store wavefronts",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": "smem store bank conflicts",
     "dram__bytes_read.sum": "DRAM bytes read",
+    # The schedulers: how often each issued an instruction, and how many warps were ready to. A
+    # kernel bound by instruction latency issues rarely while few warps are eligible.
+    "smsp__issue_active.avg.pct_of_peak_sustained_active": "issue slots busy % (per scheduler)",
+    "smsp__warps_eligible.avg.per_cycle_active": "eligible warps per scheduler per cycle",
+    "smsp__inst_executed.sum": "warp instructions executed",
 }
 # Warp stall reasons come from ncu's WarpStateStats section: per issued instruction, how many warps
 # were stalled for each reason (the "where did the time go" of a latency-bound kernel).

@@ -366,10 +366,15 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
         return True
 
     def named_barrier(w, op, waits):
-        st = named.setdefault(op.value, {"threads": op.threads, "arrived": 0, "waiting": set()})
+        st = named.setdefault(op.value, {"threads": op.threads, "arrived": 0, "waiting": set(), "warps": set()})
         if st["threads"] != op.threads:
             raise ProtocolError(f"{proto.step}: line {op.line}: barrier {op.value} used with {op.threads} "
                                 f"and {st['threads']} threads")
+        if w in st["warps"]:
+            raise ProtocolError(f"{proto.step}: {proto.role(w)} line {op.line} `{op.text}` arrives on barrier "
+                                f"{op.value} twice in one generation: its threads count twice, and the "
+                                "generation completes without the warps it was meant to wait for")
+        st["warps"].add(w)
         st["arrived"] += WARP
         if waits:
             st["waiting"].add(w)
@@ -380,7 +385,7 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
             for x in st["waiting"]:
                 blocked_at_sync.discard(x)
                 pc[x] += 1
-            named[op.value] = {"threads": op.threads, "arrived": 0, "waiting": set()}
+            named[op.value] = {"threads": op.threads, "arrived": 0, "waiting": set(), "warps": set()}
         return not waits
 
     def warp_step(w):

@@ -28,6 +28,7 @@ MECHANISMS: tuple[tuple[str, str, str], ...] = (
     ("WARPGROUP.DEPBAR", r"WARPGROUP\.DEPBAR\b", "wgmma wait"),
     ("USETMAXREG", r"USETMAXREG\b", "setmaxnreg"),
     ("BAR", r"BAR\b", "named/CTA barrier"),
+    ("BAR.ARV", r"BAR\.ARV\b", "named-barrier arrive, no wait"),
     ("LDSM", r"LDSM\b", "ldmatrix"),
     ("STSM", r"STSM\b", "stmatrix"),
     ("LDG", r"LDG\b", "per-thread global load"),

@@ -166,3 +166,41 @@ def test_an_arrive_on_another_ctas_barrier_is_refused():
                                      "cute.arch.mbarrier_arrive(p_full + q_tile, 1)"))
     with pytest.raises(protocol.ExtractionError, match="another CTA"):
         protocol.extract(module, 2, source=source)
+
+
+def test_pingpong_turns_are_one_sync_and_one_arrive_per_generation():
+    """h09: named barriers 1 and 2 each complete with one warpgroup's bar.sync and the other's
+    bar.arrive, and none is left half-arrived at exit."""
+    n = 3
+    proto = protocol.extract(resolve("h09").module, n)
+    ids = {op.value for ops in proto.warps for op in ops if op.kind in ("sync", "bar_arrive")}
+    assert ids == {0, 1, 2}
+    for barrier, syncing, arriving in ((1, range(4, 8), range(8, 12)), (2, range(8, 12), range(4, 8))):
+        for w, ops in enumerate(proto.warps):
+            syncs = sum(op.kind == "sync" and op.value == barrier for op in ops)
+            arrives = sum(op.kind == "bar_arrive" and op.value == barrier for op in ops)
+            assert (syncs, arrives) == ((n + 1, 0) if w in syncing else (0, n + 1) if w in arriving else (0, 0))
+
+
+def test_pingpong_with_both_warpgroups_handing_over_at_the_end_is_caught():
+    """Both warpgroups arrive after the loop: one arrive is left on a barrier nobody syncs on."""
+    with pytest.raises(ProtocolError, match="half-arrived|no generation completed"):
+        _replay(*_broken("h09", ("        if wg == 0:\n            cute.arch.barrier_arrive(",
+                                 "        if wg >= 0:\n            cute.arch.barrier_arrive(")))
+
+
+def test_pingpong_with_both_warpgroups_pre_arriving_is_caught():
+    """Both hand the first turn away: one arrive too many, left on a barrier at exit."""
+    with pytest.raises(ProtocolError, match="twice in one generation|deadlock|no generation completed"):
+        _replay(*_broken("h09", ("        if wg == 1:\n            cute.arch.barrier_arrive(",
+                                 "        if wg >= 0:\n            cute.arch.barrier_arrive(")))
+
+
+def test_a_warp_arriving_twice_in_one_generation_is_caught():
+    """Hand-built: warp 0 arrives on named barrier 1 (64 threads) twice before warp 1 syncs."""
+    arv = protocol.Op("bar_arrive", 1, "bar.arrive 1, 64", value=1, threads=64)
+    sync = protocol.Op("sync", 2, "bar.sync 1, 64", value=1, threads=64)
+    proto = protocol.Protocol("toy", [[arv, arv], [sync, sync]], {})
+    with pytest.raises(ProtocolError, match="twice in one generation"):
+        for seed in range(40):
+            protocol.replay(proto, seed)

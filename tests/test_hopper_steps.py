@@ -134,3 +134,53 @@ def test_h08_has_a_multi_stage_ring_within_the_smem_budget():
     struct = shared_storage_bytes(h08)
     ring = h08.info.extra["kv_stages"] * 2 * (2 * h08.module.TILE_N * h08.module.HEAD_DIM)
     assert ring < struct <= SMEM_PER_CTA_LIMIT
+
+
+def _sass_lines(step_id):
+    return [line.split("*/", 1)[1].strip() for line in compile_step(resolve(step_id), "sm_90a").sass.text.splitlines()
+            if re.match(r"\s+/\*[0-9a-f]{4,}\*/", line)]
+
+
+def test_h09_hands_the_turn_over_between_issuing_qk_and_waiting_for_it():
+    """Ping-pong in the SASS: after the QK^T wgmmas (descriptor A) and before their wait, a
+    BAR.ARV on the other warpgroup's barrier; a BAR.SYNC on its own barrier before the P V wgmmas
+    (register A). The barriers are 256-thread named barriers, not the CTA barrier 0."""
+    h09 = resolve("h09")
+    assert 0 not in h09.info.extra["pingpong_barriers"]
+    assert h09.module.PINGPONG_THREADS == 2 * h09.module.WARPGROUP_THREADS
+    lines = _sass_lines("h09")
+    last_qk = max(i for i, op in enumerate(lines) if op.startswith("HGMMA") and re.search(r",\s*gdesc\[\w+\],", op)
+                  and "gsb0" in op)
+    wait = next(i for i in range(last_qk, len(lines)) if lines[i].startswith("WARPGROUP.DEPBAR"))
+    assert any(op.startswith("BAR.ARV") and "0x100" in op for op in lines[last_qk:wait])
+    first_pv = next(i for i, op in enumerate(lines) if re.match(r"HGMMA\.\S+\s+R\d+,\s*R\d+,\s*gdesc", op))
+    turn = max(i for i in range(first_pv) if lines[i].startswith("BAR.SYNC"))
+    assert "0x100" in lines[turn] and not re.search(r"BAR\.SYNC\S*\s+0x0\b", lines[turn])
+    assert not any(op.startswith("BAR.ARV") for op in _sass_lines("h08"))
+
+
+def test_h10_computes_each_exponential_with_one_ffma_and_one_ex2():
+    """The library exp's range reduction goes: per score element h10's main loop has one MUFU.EX2
+    (plus one per row for the rescale), about one FFMA (the folded scale), and less than half of
+    h09's instructions."""
+    from harness.softmax_budget import budget
+    h09, h10 = budget(resolve("h09"), "sm_90a"), budget(resolve("h10"), "sm_90a")
+    assert not h10["ambiguous"] and not h09["ambiguous"]
+    assert h10["counts"]["MUFU.EX2"] == h10["elements_per_thread"] + h10["rows_per_thread"]
+    assert h10["per_element"]["FFMA"] <= 1.1 < h09["per_element"]["FFMA"]
+    assert h10["total_per_element"] < 0.5 * h09["total_per_element"] + 1
+
+
+def test_h11_loads_k_and_v_on_their_own_barriers():
+    """Four barrier families (k_full, k_empty, v_full, v_empty), each expect-tx one tile (a K or a V,
+    never the pair), and K_{j+1}'s copy issued before V_j's in the producer loop."""
+    from harness import protocol
+    m = resolve("h11").module
+    proto = protocol.extract(m, 3)
+    assert {b.name for b in proto.counts} == {"q_full", "k_full", "k_empty", "v_full", "v_empty"}
+    tile = 2 * m.TILE_N * m.HEAD_DIM
+    counts = expect_tx_bytes(compile_step(resolve("h11"), "sm_90a").ptx.read_text())
+    assert set(counts) == {2 * m.TILE_M * m.HEAD_DIM, tile}
+    producer = [op for op in proto.warps[0] if op.kind == "copy"]
+    order = [op.bar.name for op in producer]
+    assert order == ["q_full", "k_full", "k_full", "v_full", "k_full", "v_full", "v_full"]

@@ -93,11 +93,16 @@ def test_budget_of_every_step(step, arch):
     assert per["MUFU.EX2"] <= b["ex2_expected_per_element"] + 1e-9
     assert sum(b["counts"].values()) == b["total"] == b["loop"]["instructions"]
     assert sum(per.values()) == pytest.approx(b["total_per_element"])
-    # the library exp is the full expf sequence: one FFMA.SAT and one FFMA.RM per MUFU.EX2, 4 FFMAs in all
     ops = b["opcodes"]
-    assert ops["FFMA.SAT"] == ops["FFMA.RM"] == ops["MUFU.EX2"]
-    assert 4.0 <= per["FFMA"] <= 4.0 * b["ex2_expected_per_element"] + 0.1
-    assert per["FADD"] + per["FFMA2/FADD2/FMUL2"] >= 2.0     # expf's FADD and the row sum, at least
+    if "cute.math.exp(" in step.path.read_text():
+        # the library exp is the full expf sequence: one FFMA.SAT and one FFMA.RM per MUFU.EX2, 4 FFMAs in all
+        assert ops["FFMA.SAT"] == ops["FFMA.RM"] == ops["MUFU.EX2"]
+        assert 4.0 <= per["FFMA"] <= 4.0 * b["ex2_expected_per_element"] + 0.1
+        assert per["FADD"] + per["FFMA2/FADD2/FMUL2"] >= 2.0     # expf's FADD and the row sum, at least
+    else:
+        # ex2.approx with the scale folded in: no range reduction, one FFMA per score
+        assert ops["FFMA.SAT"] == ops["FFMA.RM"] == 0
+        assert per["FFMA"] + per["FFMA2/FADD2/FMUL2"] <= 1.1
 
 
 def test_softmax_threads_leave_out_the_producer_and_the_mma_and_load_warps():

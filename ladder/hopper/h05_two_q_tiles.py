@@ -1,4 +1,4 @@
-"""h05 — a second Q tile per CTA: two consumer warpgroups share every K/V tile the CTA loads.
+"""h05 — a second Q tile per CTA: two consumer warpgroups share every K/V tile the CTA loads. (Enabler.)
 
 Change from h04: a CTA owns 128 query rows instead of 64. Two warpgroups (256 threads) each run
 h04's loop on their own 64 rows (``wgmma`` tiled 2 x 1 along M), reading the same K and V tiles
@@ -16,8 +16,9 @@ expect most of that: +40-80% at the harmonic mean over h04. The CTA needs 128 KB
 threads x ~200 registers, so one CTA per SM. Measured on the H200: slower than h04. Against h04
 held to one CTA per SM the sharing pays nearly as predicted (just under the range), but h04 runs two independent CTAs per SM that
 overlap each other's load waits and softmax, while these two warpgroups meet at a CTA barrier every
-tile and run their softmax at the same time. On Hopper this step behaves as an enabler for h07-h09;
-the writeup's experiments (harness/experiments.py) show each part.
+tile and run their softmax at the same time. On Hopper this step is therefore an enabler: h09's
+ping-pong needs two consumer warpgroups in one CTA, and h08's ring the smem they share; the
+writeup's experiments (harness/experiments.py) show each part.
 
 Evidence: ``ladder sass h05 --against h04`` (the same instruction mix; 256 threads in the launch
 metadata); tests/test_hopper_steps.py (threads, rows, K/V bytes per row); results/h200.json;
@@ -50,7 +51,7 @@ INFO = contract.StepInfo(
     title="A second Q tile per CTA",
     change="a second Q tile per CTA: two consumer warpgroups (128 rows) share every K/V tile load",
     archs=("sm_90a",),
-    enabler=False,
+    enabler=True,      # on Hopper: two warpgroups per CTA cannot climb alone (h04's second CTA per SM)
     threads=THREADS,
     tile_m=TILE_M,
     tile_n=TILE_N,
