@@ -170,7 +170,8 @@ NO_PINGPONG = (
 # does on Blackwell: clamp at -127, round down by adding 1.5 * 2^23 (add.rm), take the fraction,
 # evaluate a degree-3 polynomial for 2^frac (Horner, plain FFMA: sm_90 has no FFMA2; FA4's
 # coefficients, fitted with sollya), and add the integer part into the exponent bits (shl + add).
-# One element in EMU_EVERY of each thread's row.
+# One element in EMU_EVERY of each thread's row. tests/test_ex2_emulation.py reads the constants
+# from this text and checks the same arithmetic in float32 on the CPU.
 _EX2_EMULATION_HELPER = '''
 
 EMU_EVERY = 8                  # 1 exponential in 8 (12.5%) emulated with FMAs
