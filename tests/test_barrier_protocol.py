@@ -3,8 +3,8 @@ under random schedules: no deadlock, every wait passes on the completion it is m
 asynchronous arrive (tcgen05.commit, a copy's bytes) is waited for before the CTA exits. The
 arrival counts the model reads from the source are the ones the compiled PTX initialises.
 
-The model must be able to fail: each broken copy below is a bug a kernel could have (two of them
-are bugs these kernels had)."""
+The model must be able to fail: each broken copy below is a bug a kernel could have (three of
+them are bugs these kernels had)."""
 
 import inspect
 
@@ -88,59 +88,54 @@ B08_TAIL = """            cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
 B07_TAIL = """        _, parity = ring_position(n_blocks)
         cute.arch.mbarrier_wait(kv_empty, parity ^ 1)
 """
+_P_FULL = "mbarrier_init(p_full + g, TILE_M)"
+_KV_EMPTY = "mbarrier_init(kv_empty + stage, NUM_CONSUMER_WARPS)"
+_KV_FULL_WAIT = "cute.arch.mbarrier_wait(kv_full + stage, parity)"
+
+# (id, step, edits, what the error says). Each is a bug a kernel could have; the first three are
+# bugs these kernels had.
+BROKEN = [
+    # b07/b08 before the producer tail: the last kv_empty commit is never waited for
+    ("b07-no-producer-tail", "b07", [(B07_TAIL, "")], "kv_empty.*asynchronous arrive .* no warp waits for"),
+    ("b08-no-producer-tail", "b08", [(B08_TAIL, B08_TAIL.replace(
+        "cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)", "pass"))],
+     "kv_empty.*asynchronous arrive .* no warp waits for"),
+    # b04's S and O hand-offs on one barrier, each waited with parity j % 2
+    ("b04-one-barrier-for-s-and-o", "b04", [("tcgen05.commit(o_done)", "tcgen05.commit(s_done)"),
+                                            ("mbarrier_wait(o_done, n_block % 2)", "mbarrier_wait(s_done, n_block % 2)")],
+     "deadlock|already observed"),
+    # b02's mma_done completes twice per tile; waiting both times with parity 0 re-reads phase 1
+    ("b02-two-phases-one-parity", "b02", [("mbarrier_wait(mma_done, 1)", "mbarrier_wait(mma_done, 0)")],
+     "already observed"),
+    *[(f"b08-p_full-count-{name}", "b08", [(_P_FULL, _P_FULL.replace("TILE_M", count))],
+       "deadlock|half done|later than")
+      for name, count in (("half", "TILE_M // 2"), ("double", "2 * TILE_M"), ("one-short", "TILE_M - 1"))],
+    *[(f"h08-kv_empty-count-{name}", "h08", [(_KV_EMPTY, _KV_EMPTY.replace("NUM_CONSUMER_WARPS", count))],
+       "half done|deadlock|later than")
+      for name, count in (("one-short", "NUM_CONSUMER_WARPS - 1"), ("one-over", "NUM_CONSUMER_WARPS + 1"))],
+    ("h08-producer-never-waits", "h08", [("cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)", "pass")],
+     "no warp ever waits"),
+    # kv_full waited with the other parity passes on the fresh barrier before any data landed;
+    # the last copy's bytes are then never waited for
+    ("b08-consumer-one-phase-behind", "b08", [(_KV_FULL_WAIT, _KV_FULL_WAIT.replace("parity)", "parity ^ 1)"))],
+     "kv_full"),
+    ("h08-single-buffer-parity", "h08", [(_KV_FULL_WAIT, _KV_FULL_WAIT.replace("parity)", "n_block % 2)"))],
+     "deadlock"),
+    # h09: both warpgroups hand over after the loop (one arrive left on a barrier at exit), or both
+    # hand the first turn away (one arrive too many)
+    ("h09-both-hand-over-at-the-end", "h09", [("        if wg == 0:\n            cute.arch.barrier_arrive(",
+                                               "        if wg >= 0:\n            cute.arch.barrier_arrive(")],
+     "no generation completed"),
+    ("h09-both-pre-arrive", "h09", [("        if wg == 1:\n            cute.arch.barrier_arrive(",
+                                     "        if wg >= 0:\n            cute.arch.barrier_arrive(")],
+     "twice in one generation|deadlock|no generation completed"),
+]
 
 
-@pytest.mark.parametrize("sid,tail", [("b07", B07_TAIL), ("b08", B08_TAIL)], ids=["b07", "b08"])
-def test_without_the_producer_tail_a_commit_may_land_after_exit(sid, tail):
-    """b07/b08 as they were before the producer tail: the last kv_empty commit is never waited for."""
-    with pytest.raises(ProtocolError, match="kv_empty.*asynchronous arrive .* no warp waits for"):
-        _replay(*_broken(sid, (tail, tail.replace("cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)",
-                                                   "pass") if sid == "b08" else "")))
-
-
-def test_one_barrier_for_s_and_o_is_caught():
-    """b04's S and O hand-offs on one barrier, each waited with parity j % 2 (the shared-barrier bug)."""
-    with pytest.raises(ProtocolError, match="deadlock|already observed"):
-        _replay(*_broken("b04", ("tcgen05.commit(o_done)", "tcgen05.commit(s_done)"),
-                         ("mbarrier_wait(o_done, n_block % 2)", "mbarrier_wait(s_done, n_block % 2)")))
-
-
-def test_two_phase_barrier_waited_twice_with_one_parity_is_caught():
-    """b02's mma_done completes twice per tile; waiting both times with parity 0 re-reads phase 1."""
-    with pytest.raises(ProtocolError, match="already observed"):
-        _replay(*_broken("b02", ("mbarrier_wait(mma_done, 1)", "mbarrier_wait(mma_done, 0)")))
-
-
-@pytest.mark.parametrize("count", ["TILE_M // 2", "2 * TILE_M", "TILE_M - 1"])
-def test_a_wrong_softmax_arrival_count_is_caught(count):
-    with pytest.raises(ProtocolError):
-        _replay(*_broken("b08", ("mbarrier_init(p_full + g, TILE_M)", f"mbarrier_init(p_full + g, {count})")))
-
-
-@pytest.mark.parametrize("count", ["NUM_CONSUMER_WARPS - 1", "NUM_CONSUMER_WARPS + 1"])
-def test_a_wrong_consumer_arrival_count_is_caught(count):
-    with pytest.raises(ProtocolError, match="half done|deadlock|later than"):
-        _replay(*_broken("h08", ("mbarrier_init(kv_empty + stage, NUM_CONSUMER_WARPS)",
-                                 f"mbarrier_init(kv_empty + stage, {count})")))
-
-
-def test_a_producer_that_never_waits_for_a_free_stage_is_caught():
-    with pytest.raises(ProtocolError, match="no warp ever waits"):
-        _replay(*_broken("h08", ("cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)", "pass")))
-
-
-def test_a_consumer_one_phase_behind_is_caught():
-    """Waiting kv_full with the other parity passes on the fresh barrier before any data landed;
-    the last copy's bytes are then never waited for."""
-    with pytest.raises(ProtocolError, match="kv_full"):
-        _replay(*_broken("b08", ("cute.arch.mbarrier_wait(kv_full + stage, parity)",
-                                 "cute.arch.mbarrier_wait(kv_full + stage, parity ^ 1)")))
-
-
-def test_single_buffer_parity_on_the_ring_deadlocks():
-    with pytest.raises(ProtocolError, match="deadlock"):
-        _replay(*_broken("h08", ("cute.arch.mbarrier_wait(kv_full + stage, parity)",
-                                 "cute.arch.mbarrier_wait(kv_full + stage, n_block % 2)")))
+@pytest.mark.parametrize("sid,edits,match", [b[1:] for b in BROKEN], ids=[b[0] for b in BROKEN])
+def test_a_broken_copy_is_caught(sid, edits, match):
+    with pytest.raises(ProtocolError, match=match):
+        _replay(*_broken(sid, *edits))
 
 
 def test_barrier_operations_the_walk_cannot_decide_are_refused():
@@ -150,15 +145,19 @@ def test_barrier_operations_the_walk_cannot_decide_are_refused():
         protocol.extract(module, 2, source=source)
 
 
+def _fails_under_some_schedule(proto, match):
+    with pytest.raises(ProtocolError, match=match):
+        for seed in range(40):
+            protocol.replay(proto, seed)
+
+
 def test_a_first_wait_that_passes_on_a_later_completion_is_caught():
     """A waiter that arrives late to a barrier already two phases on (hand-built protocol: one warp
     arrives three times, another waits once with parity 0)."""
     bar = protocol.Bar("b")
     arrive = protocol.Op("arrive", 1, "arrive", bar, 1)
     proto = protocol.Protocol("toy", [[arrive] * 3, [protocol.Op("wait", 2, "wait", bar, 0)]], {bar: 1})
-    with pytest.raises(ProtocolError, match="first wait .* passed on completion 3"):
-        for seed in range(40):
-            protocol.replay(proto, seed)
+    _fails_under_some_schedule(proto, "first wait .* passed on completion 3")
 
 
 def test_an_arrive_on_another_ctas_barrier_is_refused():
@@ -182,25 +181,9 @@ def test_pingpong_turns_are_one_sync_and_one_arrive_per_generation():
             assert (syncs, arrives) == ((n + 1, 0) if w in syncing else (0, n + 1) if w in arriving else (0, 0))
 
 
-def test_pingpong_with_both_warpgroups_handing_over_at_the_end_is_caught():
-    """Both warpgroups arrive after the loop: one arrive is left on a barrier nobody syncs on."""
-    with pytest.raises(ProtocolError, match="half-arrived|no generation completed"):
-        _replay(*_broken("h09", ("        if wg == 0:\n            cute.arch.barrier_arrive(",
-                                 "        if wg >= 0:\n            cute.arch.barrier_arrive(")))
-
-
-def test_pingpong_with_both_warpgroups_pre_arriving_is_caught():
-    """Both hand the first turn away: one arrive too many, left on a barrier at exit."""
-    with pytest.raises(ProtocolError, match="twice in one generation|deadlock|no generation completed"):
-        _replay(*_broken("h09", ("        if wg == 1:\n            cute.arch.barrier_arrive(",
-                                 "        if wg >= 0:\n            cute.arch.barrier_arrive(")))
-
-
 def test_a_warp_arriving_twice_in_one_generation_is_caught():
     """Hand-built: warp 0 arrives on named barrier 1 (64 threads) twice before warp 1 syncs."""
     arv = protocol.Op("bar_arrive", 1, "bar.arrive 1, 64", value=1, threads=64)
     sync = protocol.Op("sync", 2, "bar.sync 1, 64", value=1, threads=64)
     proto = protocol.Protocol("toy", [[arv, arv], [sync, sync]], {})
-    with pytest.raises(ProtocolError, match="twice in one generation"):
-        for seed in range(40):
-            protocol.replay(proto, seed)
+    _fails_under_some_schedule(proto, "twice in one generation")
