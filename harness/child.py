@@ -21,6 +21,9 @@ def main(argv: list[str]) -> int:
             payload = measure.selfcheck_step(step_id, guard=True)
         elif job == "stock":
             payload = measure.measure_stock()
+        elif job == "ex2-accuracy":
+            from harness import ex2_accuracy
+            payload = ex2_accuracy.measure(step_id)
         else:
             raise ValueError(f"unknown job {job!r}")
     except Exception as e:

@@ -1,4 +1,5 @@
-"""``ladder``: the one entry point. list, run, diff, sass, table, selfcheck, explain, writeups, plot."""
+"""``ladder``: the one entry point. list, run, diff, sass, table, selfcheck, profile, accuracy, explain,
+writeups, plot."""
 
 from __future__ import annotations
 
@@ -101,13 +102,17 @@ def _sass_table(step: Step, arch: str, against: Step | None) -> int:
             cells.append(f"{now - before:+d}" if now != before else "")
         table.add_row(*cells)
     for label, a, b in (("registers", other.registers if other else 0, report.registers),
-                        ("spill bytes", other.sass.spills if other else 0, report.sass.spills),
+                        ("spills (LDL/STL + local B)", other.sass.spills if other else 0, report.sass.spills),
                         ("threads/CTA", other.threads_per_cta if other else 0, report.threads_per_cta),
                         ("smem bytes", against.info.smem_bytes if other else 0, step.info.smem_bytes),
                         ("TMEM columns", (against.info.tmem_cols or 0) if other else 0, step.info.tmem_cols or 0)):
         if label == "TMEM columns" and not (a or b):
             continue
         table.add_row(label, "", *([str(a)] if other else []), str(b), *([f"{b - a:+d}" if b != a else ""] if other else []))
+    if arch == "sm_100a" and step.info.tmem_cols:
+        from harness.mma_pipe import issue_order
+        table.add_row("tcgen05.mma order", "by accumulator, PTX order", *([issue_order(against)] if other else []),
+                      issue_order(step), *([""] if other else []))
     console.print(table)
     problems = _fingerprint_ok(step, report)
     claim = ", ".join(step.info.sass_present) + ("; none of " + ", ".join(step.info.sass_absent) if step.info.sass_absent else "")
@@ -408,6 +413,10 @@ def _guarded_compiles(steps: list[Step]) -> int:
     from harness.compile import compile_step
     code = 0
     for step in steps:
+        if step.info.extra.get("no_tmem_guard"):
+            console.print(f"{step.id}: no guarded build ({step.info.extra['no_tmem_guard']}); "
+                          "on a B200 it runs without guardrails, with the same timeout")
+            continue
         try:
             report = compile_step(step, "sm_100a", guard=True)
             console.print(f"{step.id}: compiled for sm_100a with TMEM guardrails ({report.compile_seconds:.1f} s); "
@@ -453,7 +462,8 @@ def cmd_selfcheck(args) -> int:
         nums = (res.payload or {}).get("numerics", [])
         ok = res.status == "ok" and nums and all(n["passed"] for n in nums)
         detail = "; ".join(f"{n['case']} {n['max_error']:.1e}/{n['bound']:.1e}" for n in nums)
-        console.print(f"{step.id}: {'[green]ok[/green]' if ok else '[red]FAIL[/red]'} ({res.seconds:.0f} s) {detail}")
+        unguarded = " (no guardrails: see INFO no_tmem_guard)" if args.guard and step.info.extra.get("no_tmem_guard") else ""
+        console.print(f"{step.id}: {'[green]ok[/green]' if ok else '[red]FAIL[/red]'} ({res.seconds:.0f} s){unguarded} {detail}")
         if not ok:
             reports = res.sanitizer_reports()
             console.print(f"[red]first failing step: {step.id}: "
@@ -496,6 +506,59 @@ def cmd_profile(args) -> int:
         results.record_profile(Path(args.record), payload)
         console.print(f"recorded into {args.record}")
     return 0
+
+
+ACCURACY_TIMEOUT = 300.0      # one compile and one element-wise launch: seconds; minutes mean a hang
+
+
+def _print_accuracy(label: str, stats: dict) -> None:
+    from harness.ex2_model import BF16_ROUNDING
+    console.print(f"{label}: max relative error {stats['max_rel_error']:.3e} (2^{stats['max_rel_error_log2']:.2f}) "
+                  f"at x = {stats['argmax_x']!r} over {stats['normal_elements']:,} x >= -126; bound 2^-9 = "
+                  f"{BF16_ROUNDING:.3e} (bf16 rounding of P); max absolute error below x = -126: "
+                  f"{stats['max_abs_error_below_normal']:.3e}; {stats['elements']:,} elements")
+
+
+def cmd_accuracy(args) -> int:
+    """The step's FMA-pipe exp2 on this GPU against float64 (harness/ex2_accuracy.py), in a child."""
+    from harness import ex2_accuracy, ex2_model
+    step = resolve(args.step or ex2_accuracy.DEFAULT_STEP)
+    ex2_accuracy.fingerprint(step)           # the step has the emulation block, before anything runs
+    cap, name = _gpu()
+    if cap not in ex2_accuracy.PATHS:
+        for arch, packed in ex2_accuracy.PATHS.values():
+            with console.status(f"compiling {step.id}'s exp2 emulation element-wise for {arch}..."):
+                ops = ex2_accuracy.compile_sass(step, arch, packed).opcodes
+            counts = ", ".join([f"{op} {n}" for op, n in sorted(ops.items()) if op.startswith(("FMNMX", "FADD", "FFMA"))]
+                               + [f"MUFU.EX2 {ops.get('MUFU.EX2', 0)}"])
+            console.print(f"compiled for {arch}, {ex2_accuracy.path_name(packed)}, per pair of elements: {counts}")
+        x = ex2_accuracy.inputs()
+        _print_accuracy("CPU float32 model (numpy; not a GPU measurement, never recorded)",
+                        ex2_model.errors(x, ex2_accuracy.model(step, x)))
+        where = f"this GPU ({name}, sm_{cap[0]}{cap[1]})" if cap else "this machine (no CUDA GPU)"
+        console.print(f"[yellow]ladder accuracy needs an sm_90 or sm_100 GPU to run the kernel; {where} is not one: "
+                      "compiled only, nothing ran, nothing recorded.[/yellow]")
+        return 2
+    from harness.isolate import run_job
+    with console.status(f"{step.id}: exp2 emulation in a child process (timeout {args.timeout:.0f} s)..."):
+        res = run_job("ex2-accuracy", step.spec, timeout=args.timeout)
+    if res.status != "ok":
+        console.print(f"[red]{step.id}: {res.error}[/red]")
+        return 1
+    payload = res.payload
+    _print_accuracy(f"{name}, {payload['arch']} {payload['path']}", payload)
+    ok = payload["max_rel_error"] < payload["bound"]
+    if payload["model_mismatches"]:
+        console.print(f"[yellow]{payload['model_mismatches']} results differ in some bit from the CPU model "
+                      f"(first at x = {payload['first_mismatch_x']!r})[/yellow]")
+    else:
+        console.print("every result is bit-identical to the CPU float32 model")
+    if not ok:
+        console.print(f"[red]{step.id}: the emulation's error is not below bf16 rounding[/red]")
+    if args.record:
+        results.record_accuracy(Path(args.record), payload)
+        console.print(f"recorded into {args.record}")
+    return 0 if ok else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -548,6 +611,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seqlen", type=int, default=4096)
     s.add_argument("--record", metavar="FILE")
     s.set_defaults(fn=cmd_profile)
+    s = sub.add_parser("accuracy", help="a step's FMA-pipe exp2 emulation on the GPU against float64 "
+                                        "(element-wise kernel; on a CPU: compile and the numpy model)")
+    s.add_argument("step", nargs="?", help="a step with ex2_emulated_pair (default: b11)")
+    s.add_argument("--timeout", type=float, default=ACCURACY_TIMEOUT, help="seconds")
+    s.add_argument("--record", metavar="FILE", help="store the numbers (with provenance) in this results file")
+    s.set_defaults(fn=cmd_accuracy)
     s = sub.add_parser("explain", help="render a step's writeup in the terminal")
     s.add_argument("step")
     s.set_defaults(fn=cmd_explain)

@@ -9,11 +9,13 @@ Kinds: ``results <step>``, ``sass <step> [<against>]``, ``table <track>``, ``sto
 ``smem <step> ...`` (the smem store model against ncu's counters, per recorded profile),
 ``stores <step> ...`` (the model's cost of each thread-issued smem store, per warp instruction),
 ``banks <step> <store>`` (which banks one warp store hits, per quarter-warp), ``tmem <step>`` (TMEM columns),
-``budget <step> ...`` (the softmax's main-loop instructions per score element, by class, from the SASS).
+``budget <step> ...`` (the softmax's main-loop instructions per score element, by class, from the SASS),
+``accuracy <step>`` (the measured error of the step's FMA-pipe exp2 emulation, ``ladder accuracy``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -549,6 +551,43 @@ def budget_block(*step_ids: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def accuracy_block(step_id: str) -> str:
+    """The recorded accuracy of a step's FMA-pipe exp2 (``ladder accuracy <step> --record``), per
+    GPU: its largest relative error where 2^x is normal against bf16's rounding, and where."""
+    from harness import ex2_accuracy
+    from harness.ex2_model import BF16_ROUNDING
+    step = resolve(step_id)
+    lines, table, notes = [], [], []
+    for data in results.all_recorded().values():
+        entry = data.get("accuracy", {}).get(step.id)
+        if not entry:
+            continue
+        p = entry["provenance"]
+        reason = ex2_accuracy.stale_reason(step, entry)
+        if reason:
+            lines.append(f"The {p['gpu']} measurement of {step.id}'s exp2 emulation is {STALE}: {reason} "
+                         "since it was measured.")
+            continue
+        table.append([f"{p['gpu']}, {p['date'][:10]}", f"{entry['arch']}, {entry['path']}",
+                      f"{entry['max_rel_error']:.2e} = 2^{entry['max_rel_error_log2']:.1f}",
+                      f"{entry['argmax_x']:.7g}", f"{entry['bound']:.2e} = 2^{math.log2(entry['bound']):.0f}",
+                      f"{entry['max_abs_error_below_normal']:.1e}", f"{entry['elements']:,}",
+                      "yes" if not entry["model_mismatches"] else f"no: {entry['model_mismatches']:,} differ"])
+        notes.append(f"Recorded by `{p['command']}` on {p['gpu']} (driver {p.get('driver')}), "
+                     f"nvidia-cutlass-dsl {p['cutlass_dsl']}.")
+    if table:
+        lines[:0] = [markdown_table(table, ["GPU, date", "path", "max relative error (x >= -126)", "at x",
+                                            "bound (bf16 rounding of P)", "max absolute error (x < -126)",
+                                            "inputs", "bit-identical to the CPU model"]), "",
+                     f"`{step.id}.ex2_emulated_pair` in an element-wise kernel, against float64 2^x, over a dense "
+                     "grid on [-127, 0], every integer and its float32 neighbours, the clamp region down to -200, "
+                     "huge negatives and 0 (`harness/ex2_accuracy.py`). " + " ".join(notes)]
+    if not lines:
+        lines.append(f"Accuracy of {step.id}'s exp2 emulation on a GPU: not yet recorded (bound: bf16 rounding of P, "
+                     f"2^-9 = {BF16_ROUNDING:.2e}; `ladder accuracy {step.id} --record results/<gpu>.json`).")
+    return "\n".join(lines) + "\n"
+
+
 def render(spec: str) -> str:
     """One generated block from its spec: the kind, then its arguments (``sass b03 b02``)."""
     kind, *args = spec.split()
@@ -556,7 +595,7 @@ def render(spec: str) -> str:
               "profile": profile_block, "profiles": profiles_block, "compare": compare_block,
               "experiments": experiments_block, "checks": checks_block, "stock": stock_block, "smem": smem_block,
               "stores": stores_block, "banks": banks_block, "tmem": tmem_block,
-              "code": code_block, "budget": budget_block}
+              "code": code_block, "budget": budget_block, "accuracy": accuracy_block}
     if kind not in blocks:
         raise ValueError(f"unknown generated block kind {kind!r}")
     return blocks[kind](*args)

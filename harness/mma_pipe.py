@@ -40,6 +40,17 @@ DOCUMENTED: dict[str, dict[tuple[str, str], str]] = {
             "between them. " + _FA4_ORDER,
     },
 }
+# b09's order, kept by b10 and b11 (their change is in the softmax): S_g(j) is issued right after
+# P_g V(j-1), with at most the kv_full wait of the *next* tile between them.
+_ALTERNATING = {
+    ("O0 += P0·B reads P0 in S0", "S0 written"):
+        "S0(j) = Q0·K(j) is issued right after O0 += P0·V(j-1) and overwrites the columns it reads P0 from; "
+        "the only wait between them is on kv_full of tile j, which orders nothing issued before. " + _FA4_ORDER,
+    ("O1 += P1·B reads P1 in S1", "S1 written"):
+        "S1(j) = Q1·K(j) is issued right after O1 += P1·V(j-1) (and the commit that frees its K/V stage) and "
+        "overwrites the columns it reads P1 from, with no wait between them. " + _FA4_ORDER,
+}
+DOCUMENTED.update({step: _ALTERNATING for step in ("b09", "b10", "b11")})
 
 
 @dataclass(frozen=True)
@@ -117,22 +128,30 @@ def _alias(col: int, tmem_map: dict, aliases: dict) -> tuple[str, str, tuple[int
 
 
 def _loop_body(ptx: str) -> tuple[int, int]:
-    """The character span of the innermost loop that holds every tcgen05.mma: from a label before
-    the first MMA to the backward branch to it after the last one."""
+    """The character span of the innermost loop that holds a tcgen05.mma: from its label to the
+    backward branch to it. MMAs outside it (a prologue before it, a tail after it) are allowed;
+    MMAs in a second loop that does not contain it are not modelled."""
     mmas = [m.start() for m in re.finditer(r"tcgen05\.mma\.", ptx)]
     if not mmas:
         raise ValueError("no tcgen05.mma in the PTX")
-    first, last = mmas[0], mmas[-1]
     labels = {m.group(1): m.start() for m in re.finditer(r"^(\$L\w+):", ptx, re.M)}
-    best = None
+    loops = []
     for m in re.finditer(r"bra(?:\.uni)?\s+(\$L\w+);", ptx):
         start = labels.get(m.group(1))
-        if start is not None and start < first and m.start() > last:
-            if best is None or m.start() - start < best[1] - best[0]:
-                best = (start, m.end())
-    if best is None:
+        if start is not None and start < m.start() and any(start < p < m.start() for p in mmas):
+            loops.append((start, m.end()))
+    if not loops:
         raise ValueError("the MMAs are in no loop")
-    return best
+    inner = min(loops, key=lambda span: span[1] - span[0])
+    if any(not (s <= inner[0] and inner[1] <= e) for s, e in loops):
+        raise ValueError("tcgen05.mma in two loops, one not inside the other: not modelled")
+    return inner
+
+
+def _mma_span(ptx: str) -> tuple[int, int]:
+    """From the first tcgen05.mma to the end of the last one."""
+    mmas = list(re.finditer(r"tcgen05\.mma\.[^;]*;", ptx))
+    return mmas[0].start(), mmas[-1].end()
 
 
 def _feeds(ptx: str, regs: _Regs, body: tuple[int, int]) -> set[tuple[str, int, str, int]]:
@@ -161,29 +180,52 @@ def _feeds(ptx: str, regs: _Regs, body: tuple[int, int]) -> set[tuple[str, int, 
         closure |= more
 
 
-def events(ptx: str, tmem_map: dict, aliases: dict | None = None):
-    """(loop body events in program order, barrier feed relation) read from ``ptx``."""
-    aliases = aliases or {}
-    regs = _Regs(ptx)
-    body = _loop_body(ptx)
+@dataclass(frozen=True)
+class Program:
+    """The MMA-issuing thread's events: ``prologue`` runs once before the loop, ``body`` repeats,
+    ``tail`` runs once after it (each may be empty but the body)."""
+    prologue: list
+    body: list
+    tail: list
+
+
+def _read_events(ptx: str, regs: _Regs, tmem_map: dict, aliases: dict, start: int, end: int) -> list:
     found = []
-    for m in _EVENT_RE.finditer(ptx, body[0], body[1]):
+    for m in _EVENT_RE.finditer(ptx, start, end):
         if m.group("mma"):
             _, d_off, _ = regs.resolve(m.group("d"))
             d = _region(d_off, tmem_map)
-            start, width = tmem_map[d]
+            first, width = tmem_map[d]
             a = a_host = a_cols = None
             if m.group("a"):
                 _, a_off, _ = regs.resolve(m.group("a"))
                 a, a_host, a_cols = _alias(a_off, tmem_map, aliases)
-            found.append(Mma(d, (start, start + width), a, a_host, a_cols))
+            found.append(Mma(d, (first, first + width), a, a_host, a_cols))
         elif m.group("commit"):
             addr = re.search(_ADDR_RE, m.group("commit"))
             found.append(Commit(regs.barrier(addr.group(1), addr.group(2))))
         elif m.group("wait"):
             addr = re.search(_ADDR_RE, m.group("wait"))
             found.append(Wait(regs.barrier(addr.group(1), addr.group(2))))
-    return found, _feeds(ptx, regs, body)
+    return found
+
+
+def program(ptx: str, tmem_map: dict, aliases: dict | None = None) -> tuple[Program, set]:
+    """(prologue / loop body / tail events in program order, barrier feed relation) read from ``ptx``."""
+    aliases = aliases or {}
+    regs = _Regs(ptx)
+    body = _loop_body(ptx)
+    first, last = _mma_span(ptx)
+    prologue = _read_events(ptx, regs, tmem_map, aliases, first, body[0]) if first < body[0] else []
+    tail = _read_events(ptx, regs, tmem_map, aliases, body[1], last) if last > body[1] else []
+    return (Program(prologue, _read_events(ptx, regs, tmem_map, aliases, *body), tail),
+            _feeds(ptx, regs, body))
+
+
+def events(ptx: str, tmem_map: dict, aliases: dict | None = None):
+    """(loop body events in program order, barrier feed relation) read from ``ptx``."""
+    prog, feeds = program(ptx, tmem_map, aliases)
+    return prog.body, feeds
 
 
 def _overlap(x: tuple[int, int], y: tuple[int, int]) -> bool:
@@ -217,37 +259,78 @@ def _describe(earlier: Mma, later: Mma) -> tuple[str, str] | None:
     return None
 
 
-def find_hazards(body: list, feeds=frozenset()) -> set[tuple[str, str]]:
-    """Hazards of a repeating loop ``body`` (events as :func:`events` returns them)."""
+def _unordered(seq: list[tuple[object, int]], i: int, k: int, feeds) -> tuple[str, str] | None:
+    """The hazard (earlier, later) for the MMAs at ``seq[i]`` and ``seq[k]``, if nothing orders them."""
+    pair = _describe(seq[i][0], seq[k][0])
+    if pair is None or _ordered(seq[i + 1:k], feeds):
+        return None
+    return pair
+
+
+def find_hazards(body: list, feeds=frozenset(), prologue: list = (), tail: list = ()) -> set[tuple[str, str]]:
+    """Hazards of a loop ``body`` that repeats (events as :func:`program` returns them), with the
+    ``prologue`` issued once before it and the ``tail`` once after it. Pairs checked: within the
+    prologue, the body and the tail; the prologue against the first iteration (and against the tail,
+    for a loop that runs no iteration); one iteration against the next, up to the same position;
+    the last iteration against the tail. Iteration tags keep ring stages apart (see :func:`_fed`)."""
     found = set()
-    for i, earlier in enumerate(body):
+    n = len(body)
+    seq = [(ev, -1) for ev in prologue] + [(ev, 0) for ev in body] + [(ev, 1) for ev in body] + [(ev, 2) for ev in tail]
+    p = len(prologue)
+    for i, (earlier, it_i) in enumerate(seq):
         if not isinstance(earlier, Mma):
             continue
-        for k, later in enumerate(body):
+        for k in range(i + 1, len(seq)):
+            later, it_k = seq[k]
             if not isinstance(later, Mma):
                 continue
-            pair = _describe(earlier, later)
-            if pair is None:
-                continue
-            if k > i:
-                between = [(ev, 0) for ev in body[i + 1:k]]
-            else:                # the later one in the next iteration
-                between = [(ev, 0) for ev in body[i + 1:]] + [(ev, 1) for ev in body[:k]]
-            if not _ordered(between, feeds):
-                found.add(pair)
+            if it_i == 0 and it_k == 1 and k - p - n > i - p:
+                continue         # farther than one iteration: the nearer pair already covers it
+            if it_i == -1 and it_k >= 1 or it_i == 0 and it_k == 2:
+                continue         # the prologue meets iteration 0; only the last iteration meets the tail
+            hazard = _unordered(seq, i, k, feeds)
+            if hazard:
+                found.add(hazard)
+    # A loop that runs no iteration: the prologue straight into the tail.
+    short = [(ev, -1) for ev in prologue] + [(ev, 2) for ev in tail]
+    for i in range(p):
+        for k in range(p, len(short)):
+            if isinstance(short[i][0], Mma) and isinstance(short[k][0], Mma):
+                hazard = _unordered(short, i, k, feeds)
+                if hazard:
+                    found.add(hazard)
     return found
 
 
-def step_events(step):
+def step_program(step) -> tuple[Program, set]:
     from harness.compile import compile_step
     ptx = compile_step(step, "sm_100a").ptx.read_text()
-    return events(ptx, step.info.extra["tmem_map"], step.info.extra.get("tmem_aliases"))
+    return program(ptx, step.info.extra["tmem_map"], step.info.extra.get("tmem_aliases"))
+
+
+def step_events(step):
+    prog, feeds = step_program(step)
+    return prog.body, feeds
+
+
+def issue_order(step) -> str:
+    """The MMA thread's tcgen05.mma by accumulator, in PTX order: ``before | loop: ... | after``."""
+    prog, _ = step_program(step)
+
+    def runs(events):
+        out = []
+        for ev in events:
+            if isinstance(ev, Mma) and (not out or out[-1] != ev.d):
+                out.append(ev.d)
+        return " ".join(out)
+    parts = [runs(prog.prologue), "loop: " + runs(prog.body), runs(prog.tail)]
+    return " | ".join(p for p in parts if p)
 
 
 def hazards(step) -> set[tuple[str, str]]:
     """(earlier, later) MMA pairs of ``step``'s kernel that rely on issue order across accumulators."""
-    body, feeds = step_events(step)
-    return find_hazards(body, feeds)
+    prog, feeds = step_program(step)
+    return find_hazards(prog.body, feeds, prog.prologue, prog.tail)
 
 
 def undocumented(step) -> set[tuple[str, str]]:

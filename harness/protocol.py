@@ -516,6 +516,40 @@ def describe(module, n_blocks: int = 2) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------
+# Coupling: does one softmax warpgroup wait for the other through the MMA warp?
+# ------------------------------------------------------------------------------------------------
+
+def cross_waits(proto: Protocol, groups: dict, issuer: int) -> list[str]:
+    """Waits of the ``issuer`` warp (the MMA warp) that make one group's next input wait for another
+    group's output. For every completion the issuer makes on a barrier group A waits on once per
+    tile, walk back through the issuer's operations to its previous wait on a barrier A arrives on
+    (A's own last output); a wait met on the way on a barrier another group B arrives on means A's
+    next tile waits for B. Barriers a group waits on once (the final O) are not per tile and are
+    left out. ``groups``: name -> warps."""
+    def bars(warps, kind):
+        return [op.bar for w in warps for op in proto.warps[w] if op.kind == kind]
+    arrived = {g: set(bars(ws, "arrive")) for g, ws in groups.items()}
+    waits = {g: bars(ws[:1], "wait") for g, ws in groups.items()}
+    per_tile = {g: {b for b in set(ws) if ws.count(b) > 1} for g, ws in waits.items()}
+    ops = proto.warps[issuer]
+    found = set()
+    for a in groups:
+        for i, op in enumerate(ops):
+            if op.kind not in ("commit", "arrive") or op.bar not in per_tile[a]:
+                continue
+            for prev in reversed(ops[:i]):
+                if prev.kind != "wait":
+                    continue
+                if prev.bar in arrived[a]:
+                    break
+                for b in groups:
+                    if b != a and prev.bar in arrived[b]:
+                        found.add(f"{a} waits for {b}: the {op.bar} completion of line {op.line} follows the "
+                                  f"wait on {prev.bar} (line {prev.line}) after {a}'s previous output")
+    return sorted(found)
+
+
+# ------------------------------------------------------------------------------------------------
 # The compiled kernel's side: the arrival counts its PTX initialises
 # ------------------------------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@ found by listing the folder: a new GPU's file is picked up the day it is recorde
 
 A file maps step id -> the row its child processes measured (numerics, side-by-side timings against
 FA4, provenance, fingerprint, and with ``--repeat`` every process's fractions). Rows merge in, so a
-long ladder can be recorded over several calls.
+long ladder can be recorded over several calls. Beside "rows" a file may hold "stock", "experiments",
+"profiles", "selfcheck" and "accuracy" (``ladder accuracy``: a step's FMA-pipe exponential).
 """
 
 from __future__ import annotations
@@ -175,9 +176,23 @@ def record_selfcheck(path: Path, tool: str, steps: list) -> dict:
     return data
 
 
+def record_accuracy(path: Path, payload: dict) -> dict:
+    """Store one step's measured exponential accuracy (``harness.ex2_accuracy.measure``) under
+    "accuracy", keyed by step; a later measurement of the same step replaces it."""
+    prov = payload.get("provenance") or {}
+    missing = [k for k in ("gpu", "date", "command", "cutlass_dsl") if not prov.get(k)]
+    if missing:
+        raise ValueError(f"accuracy of {payload.get('step')}: provenance lacks {', '.join(missing)}")
+    data = load(path)
+    data.setdefault("accuracy", {})[payload["step"]] = payload
+    _save(path, data)
+    return data
+
+
 def capability(data: dict) -> tuple[int, int] | None:
     """The compute capability of the GPU a results file was measured on (from any provenance)."""
-    records = [*data.get("rows", {}).values(), data.get("stock") or {}, *data.get("profiles", {}).values()]
+    records = [*data.get("rows", {}).values(), data.get("stock") or {}, *data.get("profiles", {}).values(),
+               *data.get("accuracy", {}).values()]
     for r in records:
         cap = (r.get("provenance") or {}).get("capability")
         if cap:

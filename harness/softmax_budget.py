@@ -51,7 +51,8 @@ Method:
 
 Validation: the loop must hold one ``MUFU.EX2`` per element plus at most one per row (the
 rescale exp(m_old - m_new)): ``MUFU.EX2`` per element between 1 and ``(E + rows) / E``
-(1.008 on Blackwell, 1.031 with 2 rows), and the kernel must have at most ``rows`` more outside
+(1.008 on Blackwell, 1.031 with 2 rows); a step that computes some exponentials on the FMA pipe
+(b11: ``INFO.extra["ex2_emulated_per_tile"]`` per thread and tile) has that many fewer; and the kernel must have at most ``rows`` more outside
 the loop. Otherwise, or when another loop not nested with the chosen one holds as many, the
 reason is put in ``ambiguous`` (non-empty = do not trust the numbers), never guessed around.
 
@@ -303,14 +304,16 @@ def rows_per_thread(step, arch: str) -> int:
     return 1 if step.info.tmem_cols else 2
 
 
-def budget_from_sass(text: str, elements: int, rows: int = 1) -> dict:
+def budget_from_sass(text: str, elements: int, rows: int = 1, emulated: int = 0) -> dict:
     """The budget of one kernel's SASS text, for ``elements`` score elements per thread per tile
-    and ``rows`` query rows per thread (see ``budget`` for the keys)."""
+    and ``rows`` query rows per thread, of which ``emulated`` exponentials per tile are computed
+    on the FMA pipe instead of the MUFU (see ``budget`` for the keys)."""
     instrs, labels = parse(text)
     loop, inner, notes = main_loop(instrs, labels)
     ex2_total = sum(1 for i in instrs if classify(i.opcode) == "MUFU.EX2")
-    expected = (elements + rows) / elements
-    out = {"elements_per_thread": elements, "rows_per_thread": rows, "ex2_expected_per_element": expected,
+    expected = (elements - emulated + rows) / elements
+    out = {"elements_per_thread": elements, "rows_per_thread": rows, "ex2_emulated_per_tile": emulated,
+           "ex2_expected_per_element": expected,
            "ex2_in_kernel": ex2_total, "ambiguous": notes, "loop": None}
     if loop is None:
         return out
@@ -318,9 +321,10 @@ def budget_from_sass(text: str, elements: int, rows: int = 1) -> dict:
     by_class = counted["by_class"]
     total = counted["instructions"]
     ex2 = by_class["MUFU.EX2"]
-    if not elements <= ex2 <= elements + rows:
-        notes.append(f"the loop holds {ex2} MUFU.EX2, not {elements} (one per element) plus up to {rows} "
-                     f"(the per-row rescale): it may hold more or less than one K/V tile")
+    on_mufu = elements - emulated
+    if not on_mufu <= ex2 <= on_mufu + rows:
+        notes.append(f"the loop holds {ex2} MUFU.EX2, not {on_mufu} (one per element not emulated) plus up to "
+                     f"{rows} (the per-row rescale): it may hold more or less than one K/V tile")
     if ex2_total - ex2 > rows:
         notes.append(f"{ex2_total - ex2} MUFU.EX2 lie outside the chosen loop (a peeled copy of the tile body?)")
     out.update(
@@ -357,7 +361,8 @@ def budget(step, arch: str) -> dict:
     elements = step.info.tile_m * step.info.tile_n // threads
     out = {"step": step.id, "arch": arch, "tile_m": step.info.tile_m, "tile_n": step.info.tile_n,
            "head_dim": step.info.head_dim, "softmax_threads": threads}
-    out.update(budget_from_sass(report.sass.text, elements, rows_per_thread(step, arch)))
+    out.update(budget_from_sass(report.sass.text, elements, rows_per_thread(step, arch),
+                                step.info.extra.get("ex2_emulated_per_tile", 0)))
     return out
 
 
@@ -395,7 +400,7 @@ def table(budgets: list[dict], digits: int = 2) -> tuple[list[str], list[list[st
         ["of which in conditional blocks", *cells(lambda b: f"{b['conditional_per_element']:.{digits}f}")],
         ["packed element-ops (2 per FFMA2/FADD2/FMUL2)",
          *cells(lambda b: f"{b['packed_lanes_per_element']:.{digits}f}")],
-        ["MUFU.EX2 expected ((E + rows) / E)", *(f"{b['ex2_expected_per_element']:.3f}" for b in budgets)],
+        ["MUFU.EX2 expected ((E - emulated + rows) / E)", *(f"{b['ex2_expected_per_element']:.3f}" for b in budgets)],
         ["largest 'other' opcodes", *cells(lambda b: ", ".join(
             f"{op} {n / b['elements_per_thread']:.{digits}f}" for op, n in b["other_opcodes"].most_common(2)))],
         ["E = elements / thread / K/V tile", *(

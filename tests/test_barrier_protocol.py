@@ -187,3 +187,36 @@ def test_a_warp_arriving_twice_in_one_generation_is_caught():
     sync = protocol.Op("sync", 2, "bar.sync 1, 64", value=1, threads=64)
     proto = protocol.Protocol("toy", [[arv, arv], [sync, sync]], {})
     _fails_under_some_schedule(proto, "twice in one generation")
+
+
+def _softmax_cross_waits(step, n_blocks=3, source=None):
+    roles = step.info.extra["warp_roles"]
+    groups = {name: warps for name, warps in roles.items() if name.startswith("softmax")}
+    proto = protocol.extract(step.module, n_blocks, source=source)
+    return protocol.cross_waits(proto, groups, roles["mma"][0])
+
+
+WARP_ROLE_STEPS = [s for s in STEPS if s.track == "blackwell" and "mma" in s.info.extra.get("warp_roles", {})]
+
+
+@pytest.mark.parametrize("step", WARP_ROLE_STEPS, ids=step_id)
+def test_from_b09_on_no_softmax_warpgroup_waits_for_the_other(step):
+    """b07/b08: S_0(j+1) is issued after the MMA warp waited for softmax 1's P(j), so softmax 0's next
+    tile waits for softmax 1. From b09 on (P_0 V(j-1), S_0(j), P_1 V(j-1), S_1(j)) each softmax
+    warpgroup's next S follows only its own P."""
+    found = _softmax_cross_waits(step)
+    if step.id >= "b09":
+        assert found == []
+    else:
+        assert found and all(f.startswith("softmax0 waits for softmax1") for f in found)
+
+
+def test_waiting_for_the_other_warpgroups_p_first_brings_the_coupling_back():
+    """A copy of b09 whose MMA warp, before P_g V(j-1), waits for the *other* warpgroup's P: S_0(j)
+    then follows softmax 1's output, and the check reports it."""
+    step = resolve("b09")
+    source = inspect.getsource(step.module)
+    pv_wait = "cute.arch.mbarrier_wait(p_full + g, (n_block - 1) % 2)"
+    assert source.count(pv_wait) == 1
+    broken = source.replace(pv_wait, "cute.arch.mbarrier_wait(p_full + (NUM_Q_TILES - 1 - g), (n_block - 1) % 2)")
+    assert any(f.startswith("softmax0 waits for softmax1") for f in _softmax_cross_waits(step, source=broken))

@@ -308,6 +308,55 @@ def test_b08_has_a_multi_stage_ring_within_the_smem_budget():
     assert kv_counts == {one_stage}          # the Q arrive (both Q tiles) is 64 KB too
 
 
+def _mma_order(events):
+    """(accumulator, MMA count) runs of the tcgen05.mma in program order."""
+    from harness.mma_pipe import Mma
+    runs = []
+    for ev in events:
+        if isinstance(ev, Mma):
+            if runs and runs[-1][0] == ev.d:
+                runs[-1][1] += 1
+            else:
+                runs.append([ev.d, 1])
+    return [tuple(r) for r in runs]
+
+
+def test_b09_alternates_the_q_tiles_in_the_mma_issue_order():
+    """From the PTX: b08 issues per iteration S0, S1, O0, O1; b09 issues S0, S1 once before the loop,
+    then O0, S0, O1, S1 per iteration (P_g V of the previous tile, then S_g of this one), then O0, O1
+    once after it. Eight MMAs per GEMM (K = 128 in steps of 16) in every run."""
+    from harness import mma_pipe
+    mmas = 128 // 16
+    b08, _ = mma_pipe.step_program(resolve("b08"))
+    assert (_mma_order(b08.prologue), _mma_order(b08.tail)) == ([], [])
+    assert _mma_order(b08.body) == [("S0", mmas), ("S1", mmas), ("O0", mmas), ("O1", mmas)]
+    b09, _ = mma_pipe.step_program(resolve("b09"))
+    assert _mma_order(b09.prologue) == [("S0", mmas), ("S1", mmas)]
+    assert _mma_order(b09.body) == [("O0", mmas), ("S0", mmas), ("O1", mmas), ("S1", mmas)]
+    assert _mma_order(b09.tail) == [("O0", mmas), ("O1", mmas)]
+
+
+# log2(e) split in a hi/lo pair, as nvdisasm prints them: the full-precision expf range reduction.
+_LOG2E_LO = "1.925963033500011079e-08"
+
+
+def test_b10_replaces_the_expf_sequence_by_ffma2_and_ex2_and_reads_s_once():
+    """b09's library exp is the expf sequence (FFMA.SAT, FFMA.RM, log2(e)'s lo constant) around each
+    MUFU.EX2; b10 has none of it, one FFMA2 per pair of scores, and loads S once per tile with one
+    tcgen05.ld of all 128 columns, where b09 made two passes of four (the O rescale's four are the same)."""
+    from harness import softmax_budget
+    b09, b10 = (softmax_budget.budget(resolve(s), ARCH) for s in ("b09", "b10"))
+    t09, t10 = (compile_step(resolve(s), ARCH).sass.text for s in ("b09", "b10"))
+    assert b09["opcodes"]["FFMA.SAT"] == b09["opcodes"]["FFMA.RM"] >= b09["elements_per_thread"]
+    assert _LOG2E_LO in t09 and _LOG2E_LO not in t10
+    assert b10["opcodes"].get("FFMA.SAT", 0) == b10["opcodes"].get("FFMA.RM", 0) == 0
+    assert b10["opcodes"]["FFMA2"] == b10["elements_per_thread"] // 2
+    o_chunks = s_chunks = 128 // resolve("b10").module.TMEM_CHUNK
+    ldtm = {k: sum(n for op, n in b["opcodes"].items() if op.startswith("LDTM")) for k, b in (("b09", b09), ("b10", b10))}
+    assert ldtm == {"b09": 2 * s_chunks + o_chunks, "b10": 1 + o_chunks}
+    assert ".32x32b.x128." in _ptx(resolve("b10")) and ".32x32b.x128." not in _ptx(resolve("b09"))
+
+
 @pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
 def test_every_mma_addresses_tmem_from_the_allocated_base(step):
     """Each tcgen05.mma's TMEM operands (the accumulator, and P's A operand from b06 on) are the

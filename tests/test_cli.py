@@ -59,6 +59,18 @@ def test_selfcheck_needs_a_gpu(capsys):
     assert code == 2 and "needs a CUDA GPU" in out
 
 
+def test_accuracy_needs_a_gpu_but_compiles_and_models_first(capsys):
+    code, out = run(capsys, "accuracy")
+    assert code == 2 and "needs an sm_90 or sm_100 GPU" in out and "nothing recorded" in out
+    assert "compiled for sm_90a" in out and "FFMA 6" in out and "FFMA2 3" in out and "MUFU.EX2 0" in out
+    assert "CPU float32 model" in out and "max relative error" in out
+
+
+def test_accuracy_of_a_step_without_the_emulation_is_a_clean_error(capsys):
+    code, out = run(capsys, "accuracy", "b08")
+    assert code == 2 and "no FMA-pipe exponential" in out
+
+
 def test_unknown_step_is_a_clean_error(capsys):
     code, out = run(capsys, "sass", "h99")
     assert code == 2 and "no step" in out
@@ -99,3 +111,15 @@ def test_the_child_jobs_accept_a_variant_path(monkeypatch, tmp_path):
     shutil.copy(resolve("01").path, copy)
     monkeypatch.setattr(workloads, "TINY_CASES", ())       # nothing to run on this CPU
     assert measure.selfcheck_step(str(copy)) == {"step": "my_01", "guard": False, "numerics": []}
+
+
+def test_sass_b11_against_b08_shows_the_mma_order_the_ex2_count_and_ffma2(capsys, monkeypatch):
+    """The three mechanisms of b09-b11 in one table: the MMA issue order (b09), MUFU.EX2 per kernel
+    and FFMA2 (b10, b11)."""
+    monkeypatch.setenv("COLUMNS", "250")
+    code, out = run(capsys, "sass", "b11", "--against", "b08")
+    assert code == 0
+    assert "loop: S0 S1 O0 O1" in out and "S0 S1 | loop: O0 S0 O1 S1 | O0 O1" in out
+    ex2 = next(line for line in out.splitlines() if "MUFU.EX2" in line)
+    assert "129" in ex2 and "113" in ex2 and "-16" in ex2
+    assert any("FFMA2" in line and "88" in line for line in out.splitlines())

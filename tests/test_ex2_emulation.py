@@ -1,7 +1,8 @@
 """The FMA-pipe exponential of exp:h10-exp2-emulation (FA4's Blackwell recipe), checked in float32
 on the CPU: clamp at -127, floor by adding 1.5 * 2^23 with round-down, the fraction, a degree-3
 polynomial for 2^frac, and the floor added into the exponent bits. The constants are read from
-the experiment's own text, so this is the arithmetic the kernel runs.
+the experiment's own text, so this is the arithmetic the kernel runs; the float32 operations are
+harness/ex2_model.py's, shared with b11's check (tests/test_ex2_accuracy.py).
 
 Bound: P is rounded to bf16 before P V, a relative error of up to 2^-9; the emulation must stay
 well inside it wherever 2^x is a normal float (x >= -126). Below that the kernel's result is a
@@ -14,8 +15,7 @@ import numpy as np
 import pytest
 
 from harness import experiments
-
-BF16_ROUNDING = 2.0 ** -9
+from harness.ex2_model import BF16_ROUNDING, errors, ex2_fma_pipe
 
 
 def _constants():
@@ -29,22 +29,18 @@ def _constants():
     return np.array(poly, dtype=np.float32), np.float32(magic)
 
 
+def _clamp():
+    """The clamp of ``_ex2_on_fma_pipe``: the constant its ``cute.arch.fmax`` call takes."""
+    tree = ast.parse(experiments._EX2_EMULATION_HELPER)
+    (call,) = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "fmax"]
+    return ast.literal_eval(call.args[1])
+
+
 def ex2_on_fma_pipe(x: np.ndarray, poly=None, round_down: bool = True) -> np.ndarray:
-    """The experiment's ``_ex2_on_fma_pipe`` in float32, operation by operation (``poly`` and
-    ``round_down`` exist to break it on purpose)."""
+    """The experiment's ``_ex2_on_fma_pipe`` in float32, operation by operation (harness/ex2_model.py;
+    ``poly`` and ``round_down`` exist to break it on purpose)."""
     fitted, magic = _constants()
-    poly = fitted if poly is None else poly
-    f32 = np.float32
-    x = np.maximum(x.astype(f32), f32(-127.0))                        # FMNMX (max(-inf, -127) = -127)
-    # add.rm: the exact sum rounded down to float32; near 1.5 * 2^23 float32 steps are exactly 1.0
-    rounding = np.floor if round_down else np.rint
-    x_floor_bits = rounding(x.astype(np.float64) + np.float64(magic)).astype(f32)
-    frac = (x - (x_floor_bits - magic)).astype(f32)                  # two round-to-nearest FADDs
-    p = poly[3]
-    for c in poly[2::-1]:                                            # Horner: one FFMA each
-        p = (p.astype(np.float64) * frac + c).astype(f32)            # fused: one rounding per step
-    bits = (x_floor_bits.view(np.int32) << 23) + p.view(np.int32)    # shl.b32 + add.s32
-    return bits.view(f32)
+    return ex2_fma_pipe(x, fitted if poly is None else poly, magic, _clamp(), round_down=round_down)
 
 
 def test_constants_are_the_fitted_polynomial_and_the_round_down_magic():
@@ -59,10 +55,8 @@ def test_relative_error_is_far_below_bf16_rounding_where_the_result_is_normal():
     x = np.concatenate([np.linspace(-126.0, 0.0, 400_001, dtype=np.float32),
                         -np.arange(0, 127, dtype=np.float32),               # integers: frac = 0
                         -np.arange(0, 126, dtype=np.float32) - np.float32(2 ** -20)])   # just below
-    got = ex2_on_fma_pipe(x).astype(np.float64)
-    want = np.exp2(x.astype(np.float64))
-    rel = np.abs(got - want) / want
-    assert rel.max() < BF16_ROUNDING / 16, rel.max()
+    worst = errors(x, ex2_on_fma_pipe(x))["max_rel_error"]
+    assert worst < BF16_ROUNDING / 16, worst
 
 
 def test_below_the_normal_range_the_result_is_negligible_and_minus_infinity_gives_zero_or_tiny():
@@ -73,8 +67,7 @@ def test_below_the_normal_range_the_result_is_negligible_and_minus_infinity_give
 
 def _max_rel_error(**broken):
     x = np.linspace(-20.0, 0.0, 20_001, dtype=np.float32)
-    got = ex2_on_fma_pipe(x, **broken).astype(np.float64)
-    return (np.abs(got - np.exp2(x.astype(np.float64))) / np.exp2(x.astype(np.float64))).max()
+    return errors(x, ex2_on_fma_pipe(x, **broken))["max_rel_error"]
 
 
 def test_the_check_can_fail():

@@ -211,3 +211,27 @@ def test_check_names_say_what_ran():
     assert _check_name("racecheck") == "compute-sanitizer racecheck"
     assert _check_name("guard").startswith("selfcheck --guard")
     assert _check_name("guard+racecheck").endswith("+ compute-sanitizer racecheck")
+
+
+def test_accuracy_block_renders_the_recorded_entry_and_marks_a_stale_one(tmp_path, monkeypatch):
+    from harness import ex2_accuracy, results
+    from harness.steps import resolve
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    assert "not yet recorded" in generate.render("accuracy b11")
+    step = resolve("b11")
+    entry = {"step": "b11", "arch": "sm_90a", "path": ex2_accuracy.path_name(False), "bound": 2.0 ** -9,
+             "provenance": {"gpu": "NVIDIA H200", "date": "2026-01-01T00:00:00Z", "cutlass_dsl": "4.8.1",
+                            "command": "ladder accuracy --record results/h200.json", "driver": "d"},
+             "fingerprint": ex2_accuracy.fingerprint(step), "elements": 4_267_696, "normal_elements": 4_161_660,
+             "max_rel_error": 8.768e-05, "max_rel_error_log2": -13.477, "argmax_x": -39.8994255065918,
+             "max_abs_error_below_normal": 5.9e-39, "model_mismatches": 0, "first_mismatch_x": None}
+    with pytest.raises(ValueError, match="provenance lacks gpu"):
+        results.record_accuracy(tmp_path / "h200.json", {**entry, "provenance": {}})
+    results.record_accuracy(tmp_path / "h200.json", entry)
+    block = generate.render("accuracy b11")
+    assert "8.77e-05 = 2^-13.5" in block and "1.95e-03 = 2^-9" in block and "-39.89943" in block
+    assert "NVIDIA H200, 2026-01-01" in block and "`ladder accuracy --record results/h200.json`" in block
+    assert "| yes " in block and "not yet recorded" not in block
+    results.record_accuracy(tmp_path / "h200.json", {**entry, "fingerprint": dict(entry["fingerprint"], emulation="0")})
+    block = generate.render("accuracy b11")
+    assert generate.STALE in block and "emulation's code changed" in block and "8.77e-05" not in block

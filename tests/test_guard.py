@@ -22,6 +22,13 @@ BLACKWELL = [s for s in STEPS if s.track == "blackwell"]
 @pytest.mark.slow
 @pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
 def test_every_blackwell_step_compiles_with_tmem_guardrails(step):
+    """Every b-step but those that declare why not (``no_tmem_guard``); for those, the declaration
+    is checked: the guarded build really fails at register allocation, and the plain one does not."""
+    if step.info.extra.get("no_tmem_guard"):
+        compile_step(step, "sm_100a")
+        with pytest.raises(Exception, match="Register allocation failed"):
+            compile_step(step, "sm_100a", guard=True)
+        return
     plain, guarded = compile_step(step, "sm_100a"), compile_step(step, "sm_100a", guard=True)
     assert guarded.cubin.parent != plain.cubin.parent
     # The guardrails are calls to ptxas's checking routine around TMEM accesses: many more calls.
@@ -81,3 +88,16 @@ def test_a_hang_names_the_barriers_each_role_waits_on(capsys, monkeypatch):
     for expected in ("kv_empty[0..1]", "load warp 9: wait", "mma warp 8: wait", "warps 0-7: arrive",
                      "p_full[0..1] (arrival count 128)"):
         assert expected in out
+
+
+def test_a_step_without_a_guarded_build_runs_unguarded_in_selfcheck_guard(monkeypatch):
+    """selfcheck --guard's child: b10 declares no_tmem_guard, so the guard switch stays off for it
+    (and its payload says so); b08 turns it on. Nothing is compiled: both calls are replaced."""
+    from harness import compile as compile_mod
+    from harness import measure
+    turned_on = []
+    monkeypatch.setattr(compile_mod, "guard_every_compile", lambda: turned_on.append(True))
+    monkeypatch.setattr(measure, "check_numerics", lambda step, cases: [])
+    assert resolve("b10").info.extra["no_tmem_guard"]
+    assert measure.selfcheck_step("b10", guard=True)["guard"] is False and turned_on == []
+    assert measure.selfcheck_step("b08", guard=True)["guard"] is True and turned_on == [True]

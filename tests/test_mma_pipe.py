@@ -17,9 +17,14 @@ def test_hazards_are_exactly_the_documented_ones(step):
     assert mma_pipe.hazards(step) == set(mma_pipe.DOCUMENTED.get(step.id, {}))
 
 
-def test_only_b08_relies_on_cross_accumulator_issue_order():
-    assert set(mma_pipe.DOCUMENTED) == {"b08"}
-    assert all("issue order across accumulators" in why for why in mma_pipe.DOCUMENTED["b08"].values())
+def test_from_b08_on_the_kernels_rely_on_cross_accumulator_issue_order_for_s_over_p_only():
+    """b08 introduced the ring (S(j+1) may overwrite P(j) before P V(j) ran); b09 issues S_g(j) right
+    after P_g V(j-1). The documented pairs are exactly 'S_g written over the P_g that P_g V reads'."""
+    later = sorted(s.id for s in BLACKWELL if s.id >= "b08")
+    assert sorted(mma_pipe.DOCUMENTED) == later
+    for step, pairs in mma_pipe.DOCUMENTED.items():
+        assert set(pairs) == {(f"O{g} += P{g}·B reads P{g} in S{g}", f"S{g} written") for g in (0, 1)}, step
+        assert all("issue order across accumulators" in why for why in pairs.values())
 
 
 def _ptx(between_pv_and_s: str) -> str:
@@ -89,3 +94,30 @@ def test_a_one_stage_kv_wait_orders_but_a_ring_stage_does_not():
 def test_same_accumulator_pairs_are_never_hazards():
     o = Mma("O0", (256, 384), "P0", "S0", (0, 64))
     assert mma_pipe.find_hazards([o, o, Mma("O0", (256, 384))]) == set()
+
+
+def test_prologue_and_tail_pairs_are_checked():
+    """b09's shape: S0 issued once before the loop, O0 += P0 V once after it. With no wait between
+    them (a loop that runs no iteration) the tail's P V meets the prologue's S directly."""
+    s0 = Mma("S0", (0, 128))
+    pv = Mma("O0", (256, 384), "P0", "S0", (0, 64))
+    s_full, p_full = Barrier("%r1", 8, False), Barrier("%r1", 16, False)
+    body = [Wait(p_full), pv, s0, Commit(s_full)]
+    # body: P V(j-1) then S(j) with nothing between: the documented S-over-P pair
+    assert mma_pipe.find_hazards(body, set(), [s0, Commit(s_full)], [Wait(p_full), pv]) == {
+        ("O0 += P0·B reads P0 in S0", "S0 written")}
+    # a tail that writes S0 again right after its P V, with nothing between, is caught there
+    assert mma_pipe.find_hazards([Wait(p_full), pv, Commit(s_full), Wait(s_full)], set(), [],
+                                 [Wait(p_full), pv, s0]) == {("O0 += P0·B reads P0 in S0", "S0 written")}
+    # and with a commit + wait between them, it is not
+    assert mma_pipe.find_hazards([Wait(p_full), pv, Commit(s_full), Wait(s_full)], set(), [],
+                                 [Wait(p_full), pv, Commit(p_full), Wait(p_full), s0]) == set()
+
+
+def test_mmas_in_no_loop_or_in_two_separate_loops_are_refused():
+    mma = "\ttcgen05.mma.cta_group::1.kind::f16 [%r5], %rd1, %rd2, %r6, %p1;\n"
+    with pytest.raises(ValueError, match="no loop"):
+        mma_pipe.program(mma, TMEM_MAP, ALIASES)
+    two = f"$L__BB0_1:\n{mma}\t@%p2 bra \t$L__BB0_1;\n$L__BB0_2:\n{mma}\t@%p2 bra \t$L__BB0_2;\n"
+    with pytest.raises(ValueError, match="two loops"):
+        mma_pipe.program(two, TMEM_MAP, ALIASES)

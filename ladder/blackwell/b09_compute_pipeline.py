@@ -1,0 +1,528 @@
+"""b09 — compute pipeline: the MMA warp alternates the two Q tiles, P_0 V(j-1) -> S_0(j) -> P_1 V(j-1) -> S_1(j).
+
+Change from b08: only the order in which the MMA warp issues its tcgen05.mma. b08 issued, per
+K/V tile j, S_0(j), S_1(j), then P_0 V(j), P_1 V(j). b09 issues S_0(0), S_1(0) as a prologue, then
+per tile j >= 1 the previous tile's P_0 V(j-1), this tile's S_0(j), P_1 V(j-1), S_1(j), and after
+the loop the last tile's P_0 V, P_1 V. The kv_full wait moves to just before S_0(j) (P_0 V(j-1)
+needs only V(j-1), already here), and the stage of tile j-1 is released after P_1 V(j-1). The
+softmax warpgroups, the load warp and every barrier are b08's.
+
+Why: in b08, S_0(j+1) is issued after P_1 V(j), which waits for softmax 1's P(j). So softmax 0
+cannot start tile j+1 before softmax 1 has finished tile j: the two warpgroups run their softmax
+at the same time, and the tensor core idles while they do. In b09 the MMA that releases S_0(j+1)
+is P_0 V(j), which waits for softmax 0 alone; softmax 0 then works on S_0(j+1) while the tensor
+core runs P_1 V(j) and S_1(j+1), and softmax 1 works while it runs P_0 V(j+1) and S_0(j+2). The
+softmax of one Q tile overlaps the MMAs of the other, FA4's order (flash_fwd_sm100.py, mma()).
+
+Expect (arithmetic, per K/V tile and CTA on a B200 SM): the four GEMMs are 4 x 2 x 128^3 FLOP =
+16.8 MFLOP at 8,192 dense bf16 FLOP/clk = 2,048 tensor cycles (512 each). The softmax of both
+warpgroups issues ~12 instructions per score element (b08's budget table) x 32,768 elements / 32
+lanes / 4 schedulers = ~3,100 issue cycles. b08 serialises them: 2,048 + ~3,100 - 512 (softmax 0
+starts while S_1 runs) = ~4,600 cycles per tile. b09 overlaps them, and the schedulers become the
+bound: ~3,100 cycles, plus the hand-off latencies the overlap does not hide. Expect +35-50% over
+b08. The same lesson on Hopper is h09 (ping-pong), measured on the H200: there the softmax with
+the library exp was longer than the other warpgroup's GEMMs and the turns gained little until
+h10 shortened it; here the MMA warp already overlaps the two tiles without named barriers, and
+b10 shortens the softmax.
+
+Evidence: ``ladder sass b09 --against b08`` (same instruction mix: the change is the order);
+tests/test_blackwell_steps.py (the PTX issues the MMAs as S0, S1 | O0, S0, O1, S1 per iteration |
+O0, O1, by accumulator); tests/test_barrier_protocol.py (the protocol replays; between the MMA
+warp's wait for P_g and its issue of S_g(j+1) it waits on nothing the other softmax warpgroup
+arrives on); tests/test_mma_pipe.py (the cross-accumulator pairs are exactly the documented
+S-over-P ones); writeups/blackwell/09-compute-pipeline.md. Compiled, not yet run on a B200.
+"""
+
+import cutlass
+import cutlass.cute as cute
+from cutlass._mlir.dialects import nvvm
+from cutlass.cute.nvgpu import cpasync, tcgen05
+
+from ladder import contract
+
+# Tile shapes (named, not magic): one CTA = two 128-row query tiles, walking K/V in 128-row tiles.
+TILE_M = 128           # query rows per Q tile: the M of tcgen05.mma.cta_group::1, one TMEM lane each
+NUM_Q_TILES = 2        # Q tiles per CTA, sharing every K/V load; one softmax warpgroup each
+TILE_N = 128           # key/value rows per iteration
+HEAD_DIM = 128
+MMA_K = 16             # bf16 tcgen05.mma consumes 16 of the reduction dim per instruction
+SOFTMAX_WARPS = 4 * NUM_Q_TILES    # per Q tile 4 warps x 32 lanes = the 128 TMEM lanes, one per row
+MMA_WARP = SOFTMAX_WARPS           # warp 8: issues every tcgen05.mma and commit; owns TMEM
+LOAD_WARP = SOFTMAX_WARPS + 1      # warp 9: issues every TMA copy
+NUM_WARPS = SOFTMAX_WARPS + 2
+THREADS = NUM_WARPS * 32
+KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the MMA warp's tcgen05.commit alone
+NUM_STAGES = 2                     # K/V ring depth: tiles in flight ahead of the MMA warp
+# Columns per tcgen05.ld/st of S or O. A register-allocation knob, not part of the algorithm: with
+# the second Q tile's addressing, 16 (b02-b04's) made ptxas hold the kernel to 128 registers and
+# spill; 32 needs ~190 and spills nothing (8 also fits, with twice the TMEM instructions).
+TMEM_CHUNK = 32
+
+# TMEM: fp32 S0, S1 (TILE_N columns each), then fp32 O0, O1 (HEAD_DIM columns each): all 512.
+TMEM_S_COL = (0, TILE_N)                                   # S of Q tile 0, 1
+TMEM_O_COL = (2 * TILE_N, 2 * TILE_N + HEAD_DIM)           # O of Q tile 0, 1
+TMEM_COLS = 512
+
+# smem: 2 Q tiles + NUM_STAGES x (K + V) (128-byte swizzled), all bf16. P lives in TMEM.
+SMEM_ALIGN = 1024      # the 128B swizzle repeats every 8 rows x 128 B; descriptors assume this base
+SMEM_BYTES = 2 * (NUM_Q_TILES * TILE_M * HEAD_DIM + NUM_STAGES * 2 * TILE_N * HEAD_DIM)
+# P_g (bf16, TILE_N keys = TILE_N / 2 columns) aliases the first columns of S_g.
+P_COLS = TILE_N * 16 // 32
+
+INFO = contract.StepInfo(
+    id="b09",
+    slug="compute_pipeline",
+    title="Compute pipeline across the two Q tiles",
+    change="the MMA warp issues P0 V(j-1), S0(j), P1 V(j-1), S1(j): one Q tile's softmax overlaps the other's MMAs",
+    archs=("sm_100a",),
+    enabler=False,
+    threads=THREADS,
+    tile_m=NUM_Q_TILES * TILE_M,
+    tile_n=TILE_N,
+    smem_bytes=SMEM_BYTES,
+    predecessor="b08",
+    sass_present=("UTCHMMA", "UTCHMMA.TS", "UTCBAR", "LDTM", "STTM", "UTMALDG", "MUFU.EX2"),
+    sass_absent=("HMMA", "HGMMA", "LDSM", "LDG", "LDGSTS"),
+    tmem_cols=TMEM_COLS,
+    extra={"tmem_map": {"S0": (TMEM_S_COL[0], TILE_N), "S1": (TMEM_S_COL[1], TILE_N),
+                        "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)},
+           "tmem_aliases": {"P0": ("S0", 0, P_COLS), "P1": ("S1", 0, P_COLS)},
+           "q_tiles": NUM_Q_TILES,
+           "warp_roles": {"softmax0": tuple(range(0, 4)), "softmax1": tuple(range(4, 8)),
+                          "mma": (MMA_WARP,), "load": (LOAD_WARP,)},
+           "tmem_warps": tuple(range(SOFTMAX_WARPS)),
+           "kv_stages": NUM_STAGES},
+)
+
+
+def _umma_layout(kind, shape, mn_major=False):
+    """Tile a tcgen05 smem layout atom over ``shape``; an MN-major operand is tiled along its
+    contiguous (first) mode first. A third mode (the Q tile) is tiled last: whole tiles."""
+    atom = tcgen05.make_smem_layout_atom(kind, cutlass.BFloat16)
+    order = ((1, 0) if mn_major else (0, 1)) + tuple(range(2, len(shape)))
+    return cute.tile_to_shape(atom, shape, order)
+
+
+def make_smem_layouts():
+    """(sQ, sK, sVt). Q, K, V in the 128B-swizzle layouts: atoms of 8 rows x 128 bytes with
+    the 16-byte chunks of each row permuted by XOR with the row index, tiled over the tile; the
+    UMMA descriptors carry the same mode. Q and K (A/B of S) are K-major; V, the B operand of
+    O += P V shaped (D, keys), is MN-major. Q has a third mode, the Q tile: (TILE_M, D,
+    NUM_Q_TILES); K and V one, the ring stage: (TILE_N, D, NUM_STAGES) and (D, TILE_N,
+    NUM_STAGES); each a whole swizzled tile. P is not in shared memory."""
+    sQ = _umma_layout(tcgen05.SmemLayoutAtomKind.K_SW128, (TILE_M, HEAD_DIM, NUM_Q_TILES))
+    sK = _umma_layout(tcgen05.SmemLayoutAtomKind.K_SW128, (TILE_N, HEAD_DIM, NUM_STAGES))
+    sVt = _umma_layout(tcgen05.SmemLayoutAtomKind.MN_SW128, (HEAD_DIM, TILE_N, NUM_STAGES), mn_major=True)
+    return sQ, sK, sVt
+
+
+def make_tmem_p_layout():
+    """P as the A operand of O += P V: (TILE_M, TILE_N) bf16, K-major. Read from TMEM, where a
+    row of P is one lane, two bf16 per column; this layout only gives the MMA the operand's
+    logical shape and K-major order (no smem address, no swizzle)."""
+    return _umma_layout(tcgen05.SmemLayoutAtomKind.K_INTER, (TILE_M, TILE_N)).outer
+
+
+def make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout):
+    """The CTA's shared memory, as a struct (its size is the launch's dynamic smem)."""
+    @cute.struct
+    class SharedStorage:
+        sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], SMEM_ALIGN]
+        sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], SMEM_ALIGN]
+        sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sVt_layout)], SMEM_ALIGN]
+        # mbarriers, one per hand-off between two roles (see the module docstring).
+        q_full: cute.struct.MemRange[cutlass.Int64, 1]
+        kv_full: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
+        kv_empty: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
+        s_full: cute.struct.MemRange[cutlass.Int64, NUM_Q_TILES]
+        p_full: cute.struct.MemRange[cutlass.Int64, NUM_Q_TILES]
+        o_full: cute.struct.MemRange[cutlass.Int64, 1]
+        # tcgen05.alloc writes the TMEM base address here.
+        tmem_base: cutlass.Int32
+    return SharedStorage
+
+
+def make_tma_loads(mQ, mK, mV, sQ_layout, sK_layout, sVt_layout):
+    """TMA atoms (descriptor + smem layout, swizzle included) and the coordinate tensors they
+    index; each atom loads one tile (one Q tile, one ring stage of K or V). A TMA box is
+    described with the contiguous mode first, so Q and K are viewed as (seqlen, d, heads, batch)
+    and V as (d, seqlen, heads, batch): V's smem tile is (D, keys)."""
+    q = cute.make_tensor(mQ.iterator, cute.select(mQ.layout, mode=[1, 3, 2, 0]))
+    k = cute.make_tensor(mK.iterator, cute.select(mK.layout, mode=[1, 3, 2, 0]))
+    vt = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[3, 1, 2, 0]))
+    load = cpasync.CopyBulkTensorTileG2SOp()
+    return (cpasync.make_tiled_tma_atom(load, q, cute.select(sQ_layout, mode=[0, 1]), (TILE_M, HEAD_DIM)),
+            cpasync.make_tiled_tma_atom(load, k, cute.select(sK_layout, mode=[0, 1]), (TILE_N, HEAD_DIM)),
+            cpasync.make_tiled_tma_atom(load, vt, cute.select(sVt_layout, mode=[0, 1]), (HEAD_DIM, TILE_N)))
+
+
+def ring_position(n_block):
+    """(stage, parity) of K/V tile j. Tile j goes to stage j % NUM_STAGES, in round
+    j // NUM_STAGES of that stage; a stage's kv_full completes one phase per round, so tile j waits
+    with the round's parity. The load warp waits for the *previous* round of kv_empty: the other
+    parity. (tests/test_pipeline_protocol.py replays this bookkeeping against a model of the
+    mbarriers.)"""
+    return n_block % NUM_STAGES, (n_block // NUM_STAGES) % 2
+
+
+def make_tiled_mmas(dtype):
+    """(for S = Q K^T, for O += P V). One tcgen05.mma.cta_group::1 atom each, M = 128, fp32
+    accumulators in TMEM. S: A (Q) and B (K) from smem, K-major. O: A (P) from TMEM (a TS-MMA;
+    a TMEM A operand is always K-major), B (V) from smem, MN-major."""
+    K, MN = cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.MN
+    tiled_mma = cute.make_tiled_mma(tcgen05.MmaF16BF16Op(
+        dtype, cutlass.Float32, (TILE_M, TILE_N, MMA_K), tcgen05.CtaGroup.ONE,
+        tcgen05.OperandSource.SMEM, K, K))
+    tiled_mma_pv = cute.make_tiled_mma(tcgen05.MmaF16BF16Op(
+        dtype, cutlass.Float32, (TILE_M, HEAD_DIM, MMA_K), tcgen05.CtaGroup.ONE,
+        tcgen05.OperandSource.TMEM, K, MN))
+    return tiled_mma, tiled_mma_pv
+
+
+def make_row_copies(acc_tile, columns):
+    """TMEM <-> registers for thread i = TMEM lane i (= query row i): ``tcgen05.ld/st.32x32b``,
+    ``columns`` 32-bit columns per instruction. In the 32x32b shape warp w may touch only lanes
+    32w..32w+31 (a warp's TMEM sub-partition), which is exactly its 32 query rows."""
+    load = cute.make_copy_atom(tcgen05.Ld32x32bOp(tcgen05.Repetition(columns)), cutlass.Float32)
+    store = cute.make_copy_atom(tcgen05.St32x32bOp(tcgen05.Repetition(columns)), cutlass.Float32)
+    return tcgen05.make_tmem_copy(load, acc_tile), tcgen05.make_tmem_copy(store, acc_tile)
+
+
+def row_piece(tile, row, piece):
+    """Columns piece * TMEM_CHUNK .. + TMEM_CHUNK - 1 of one row of a (rows, cols) tile: what one
+    thread stores per chunk of its row (O to global memory)."""
+    return cute.local_tile(tile, (1, TMEM_CHUNK), (row, piece))
+
+
+def tcgen05_fence_before_thread_sync():
+    """Order this thread's earlier tcgen05 operations (TMEM loads/stores) before the barrier that
+    follows, so that an MMA issued after it by another thread sees them."""
+    nvvm.tcgen05_fence(nvvm.Tcgen05FenceKind.BEFORE_THREAD_SYNC)
+
+
+def tcgen05_fence_after_thread_sync():
+    """Order this thread's later tcgen05 operations after the barrier (or mbarrier wait) just
+    passed."""
+    nvvm.tcgen05_fence(nvvm.Tcgen05FenceKind.AFTER_THREAD_SYNC)
+
+
+@cute.jit
+def host(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
+         softmax_scale: cutlass.Float32, stream):
+    """Build layouts, copies and the tiled MMAs; launch one CTA per (query tile, batch, head)."""
+    dtype = mQ.element_type
+    mQ, mK, mV, mO = (contract.aligned(t) for t in (mQ, mK, mV, mO))
+    sQ_layout, sK_layout, sVt_layout = make_smem_layouts()
+
+    SharedStorage = make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout)
+    (tma_Q, tma_mQ), (tma_K, tma_mK), (tma_V, tma_mVt) = make_tma_loads(
+        mQ, mK, mV, sQ_layout, sK_layout, sVt_layout)
+    tiled_mma, tiled_mma_pv = make_tiled_mmas(dtype)
+    grid = (cute.size(mQ.shape[1]) // (NUM_Q_TILES * TILE_M), cute.size(mQ.shape[0]), cute.size(mQ.shape[2]))
+    kernel(tma_Q, tma_mQ, tma_K, tma_mK, tma_V, tma_mVt, mO, softmax_scale,
+           sQ_layout, sK_layout, sVt_layout, make_tmem_p_layout(), tiled_mma, tiled_mma_pv,
+           SharedStorage).launch(
+        grid=grid, block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream)
+
+
+@cute.kernel
+def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_mK: cute.Tensor,
+           tma_V: cute.CopyAtom, tma_mVt: cute.Tensor, mO: cute.Tensor,
+           softmax_scale: cutlass.Float32,
+           sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
+           sVt_layout: cute.ComposedLayout, tP_layout: cute.Layout,
+           tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, SharedStorage: cutlass.Constexpr):
+    tidx, _, _ = cute.arch.thread_idx()
+    warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    m_block, batch, head = cute.arch.block_idx()
+    dtype = mO.element_type
+    n_blocks = cute.size(tma_mK.shape[0]) // TILE_N
+
+    # This CTA's tiles, as TMA coordinates: gQ (TILE_M, D, Q tiles of the sequence); gK (TILE_N,
+    # D, n_blocks); gVt (D, TILE_N, n_blocks). The CTA's Q tiles are NUM_Q_TILES * m_block + g.
+    # gO (TILE_M, D, Q tiles of the sequence) is plain global memory.
+    gQ = cute.local_tile(tma_mQ[None, None, head, batch], (TILE_M, HEAD_DIM), (None, 0))
+    gK = cute.local_tile(tma_mK[None, None, head, batch], (TILE_N, HEAD_DIM), (None, 0))
+    gVt = cute.local_tile(tma_mVt[None, None, head, batch], (HEAD_DIM, TILE_N), (0, None))
+    gO = cute.local_tile(mO[batch, None, head, None], (TILE_M, HEAD_DIM), (None, 0))
+
+    smem = cutlass.memory.SmemAllocator()
+    storage = smem.allocate(SharedStorage)
+    # The swizzle (the layouts' inner function) goes with the smem pointer; the descriptors and
+    # the copies then see plain (outer) layouts.
+    sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)      # (TILE_M, D, Q tile)
+    sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)      # (TILE_N, D, stage)
+    sVt = storage.sV.get_tensor(sVt_layout.outer, swizzle=sVt_layout.inner)   # (D, TILE_N, stage): B of P V
+    q_full = storage.q_full.data_ptr()
+    kv_full, kv_empty = storage.kv_full.data_ptr(), storage.kv_empty.data_ptr()   # stage s: base + s
+    s_full, p_full, o_full = storage.s_full.data_ptr(), storage.p_full.data_ptr(), storage.o_full.data_ptr()
+
+    # The MMA warp allocates TMEM (a warp-wide instruction; the base address lands in smem) and
+    # gives up the right to allocate more; one thread initializes the mbarriers. Arrival counts:
+    # one for those completed by an expect-tx arrive or a tcgen05.commit, one per softmax thread
+    # for p_full. The fence + CTA barrier (the last one all 320 threads take before the roles
+    # split) publish them to every thread and to the TMA.
+    if warp_idx == MMA_WARP:
+        cute.arch.alloc_tmem(TMEM_COLS, storage.tmem_base)
+        cute.arch.relinquish_tmem_alloc_permit()
+        with cute.arch.elect_one():
+            for bar in (q_full, o_full):
+                cute.arch.mbarrier_init(bar, 1)
+            for stage in cutlass.range_constexpr(NUM_STAGES):
+                cute.arch.mbarrier_init(kv_full + stage, 1)
+                cute.arch.mbarrier_init(kv_empty + stage, KV_EMPTY_ARRIVALS)
+            for g in cutlass.range_constexpr(NUM_Q_TILES):
+                cute.arch.mbarrier_init(s_full + g, 1)
+                cute.arch.mbarrier_init(p_full + g, TILE_M)
+    cute.arch.mbarrier_init_fence()
+    cute.arch.sync_threads()
+    tmem_base = cute.arch.retrieve_tmem_ptr(cutlass.Float32, 16, storage.tmem_base)
+
+    # The accumulators are TMEM tensors: S_g at column TMEM_S_COL[g], O_g at TMEM_O_COL[g], lane
+    # i = row i of Q tile g; P_g (bf16) over S_g's first P_COLS columns. One CTA is one MMA
+    # "thread" (cta_group::1), so slice 0.
+    thr_mma = tiled_mma.get_slice(0)
+    thr_mma_pv = tiled_mma_pv.get_slice(0)
+    tStS = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((TILE_M, TILE_N)))
+    tOtO = tiled_mma_pv.make_fragment_C(tiled_mma_pv.partition_shape_C((TILE_M, HEAD_DIM)))
+    tStS = [cute.make_tensor(tmem_base + TMEM_S_COL[g], tStS.layout) for g in range(NUM_Q_TILES)]
+    tOtO = [cute.make_tensor(tmem_base + TMEM_O_COL[g], tOtO.layout) for g in range(NUM_Q_TILES)]
+
+    if warp_idx == LOAD_WARP:
+        # ------------------------------------------------------------------------ load warp
+        # TMA partitions: each whole smem tile is one TMA destination; the global side keeps the
+        # tile index (for K and V, which tile of the sequence).
+        def tma_partition(atom, smem_tile, gmem_tile):
+            return cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(smem_tile, 0, 2),
+                                         cute.group_modes(gmem_tile, 0, 2))
+        tQsQ, tQgQ = tma_partition(tma_Q, sQ, gQ)
+        tKsK, tKgK = tma_partition(tma_K, sK, gK)
+        tVsV, tVgV = tma_partition(tma_V, sVt, gVt)
+        q_bytes = cute.size_in_bytes(dtype, sQ_layout)         # both Q tiles, on one barrier phase
+        # expect-tx counts one stage's bytes: what one K copy plus one V copy deliver.
+        kv_bytes = (cute.size_in_bytes(dtype, cute.select(sK_layout, mode=[0, 1]))
+                    + cute.size_in_bytes(dtype, cute.select(sVt_layout, mode=[0, 1])))
+        # Both Q tiles once (cute.copy of a TMA atom elects its own issuing thread, so it sits
+        # outside elect_one; only the expect-tx arrive is inside).
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive_and_expect_tx(q_full, q_bytes)
+        for g in cutlass.range_constexpr(NUM_Q_TILES):
+            cute.copy(tma_Q, tQgQ[None, NUM_Q_TILES * m_block + g], tQsQ[None, g], tma_bar_ptr=q_full)
+        for n_block in range(n_blocks):
+            # Tile j goes to stage s = j % NUM_STAGES, in round j // NUM_STAGES of that stage.
+            stage, parity = ring_position(n_block)
+            # wait: stage s is free. Pairs with the MMA warp's tcgen05.commit (its arrive) on
+            # kv_empty[s] after the P V MMAs of tile j - NUM_STAGES, the previous round: parity ^ 1.
+            # In round 0 the fresh barrier's "previous phase" (parity 1) counts as complete, so
+            # the load warp fills every stage without waiting.
+            cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(kv_full + stage, kv_bytes)
+            cute.copy(tma_K, tKgK[None, n_block], tKsK[None, stage], tma_bar_ptr=kv_full + stage)
+            cute.copy(tma_V, tVgV[None, n_block], tVsV[None, stage], tma_bar_ptr=kv_full + stage)
+        # Producer tail: drain the ring before the exit barrier. The kv_empty arrives come from the
+        # tensor core's commits, not from a thread, so no thread's exit orders them: without these
+        # waits one could land after the CTA has exited, in shared memory that already belongs to
+        # the next CTA. Positions n_blocks .. n_blocks + NUM_STAGES - 1 are the next round of each
+        # stage, so their waits are each stage's last phase.
+        for i in cutlass.range_constexpr(NUM_STAGES):
+            stage, parity = ring_position(n_blocks + i)
+            # wait: the last MMAs that read stage s are done. Pairs with the MMA warp's last
+            # tcgen05.commit (its arrive) on kv_empty[s]: parity ^ 1, as in the loop; a stage no
+            # tile used (n_blocks < NUM_STAGES) passes at once, as in round 0.
+            cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
+
+    elif warp_idx == MMA_WARP:
+        # ------------------------------------------------------------------------- MMA warp
+        # Smem operands as UMMA descriptors, one per 16-wide k-block (and Q tile); P from TMEM.
+        tSrQ = tiled_mma.make_fragment_A(thr_mma.partition_A(sQ))
+        tSrK = tiled_mma.make_fragment_B(thr_mma.partition_B(sK))
+        tOrVt = tiled_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))
+        # P_g, the A operand of O_g += P_g V, in TMEM over S_g's first P_COLS columns. make_fragment_A
+        # gives the operand's layout but a tensor at TMEM address 0, so it is re-based on the
+        # allocated base, viewed as bf16: the pointer then counts bf16 elements, two per column.
+        tOrP = tiled_mma_pv.make_fragment_A(thr_mma_pv.partition_A(cute.make_tensor(tmem_base, tP_layout)))
+        p_base = cute.arch.retrieve_tmem_ptr(dtype, 16, storage.tmem_base)
+        bf16_per_col = cutlass.Float32.width // dtype.width
+        tOrP = [cute.make_tensor(p_base + TMEM_S_COL[g] * bf16_per_col, tOrP.layout)
+                for g in range(NUM_Q_TILES)]
+
+        # wait: both Q tiles landed (pairs with the load warp's expect-tx arrive; phase 0, parity 0).
+        cute.arch.mbarrier_wait(q_full, 0)
+
+        # Prologue: S_0(0) and S_1(0), so that both softmax warpgroups have a tile to start on.
+        stage, parity = ring_position(0)
+        # wait: K_0, V_0 landed in stage 0. Pairs with the load warp's expect-tx arrive (and the
+        # TMA's bytes) on kv_full[0]: round 0, parity 0.
+        cute.arch.mbarrier_wait(kv_full + stage, parity)
+        tcgen05_fence_after_thread_sync()
+        for g in cutlass.range_constexpr(NUM_Q_TILES):
+            for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+                tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
+                cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, stage], tStS[g])
+            with cute.arch.elect_one():
+                tcgen05.commit(s_full + g)
+
+        # Steady state, iteration j: P_0 V(j-1) -> S_0(j) -> P_1 V(j-1) -> S_1(j). Each Q tile's
+        # P V of the previous tile is followed at once by its own next S, so S_g(j) waits only for
+        # softmax g (through p_full[g]), never for the other warpgroup: while softmax 0 works on
+        # S_0(j) the tensor core runs P_1 V(j-1) and S_1(j), and the other way round.
+        for n_block in range(1, n_blocks):
+            prev_stage, _ = ring_position(n_block - 1)
+            stage, parity = ring_position(n_block)
+            for g in cutlass.range_constexpr(NUM_Q_TILES):
+                # wait: P_g of tile j-1 in TMEM, O_g rescaled. Pairs with the arrives of all 128
+                # threads of softmax warpgroup g on p_full[g]: one phase per tile, tile j-1's
+                # parity (j-1) % 2.
+                cute.arch.mbarrier_wait(p_full + g, (n_block - 1) % 2)
+                tcgen05_fence_after_thread_sync()
+                for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
+                    tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_block > 1 or kb != 0)
+                    cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, prev_stage],
+                              tOtO[g])
+                if g == NUM_Q_TILES - 1:
+                    # Tile j-1's last MMAs are issued: stage s_{j-1} (K_{j-1}, V_{j-1}) is free once
+                    # they complete. Tell the load warp.
+                    with cute.arch.elect_one():
+                        tcgen05.commit(kv_empty + prev_stage)
+                if g == 0:
+                    # wait: K_j, V_j landed in stage s. Pairs with the load warp's expect-tx arrive
+                    # (and the TMA's bytes) on kv_full[s]: one phase per round, the round's parity.
+                    # Taken after P_0 V(j-1) is issued, so that MMA does not wait for the load.
+                    cute.arch.mbarrier_wait(kv_full + stage, parity)
+                    tcgen05_fence_after_thread_sync()
+                # S_g(j) = Q_g K_j^T overwrites the columns P_g V(j-1), issued just before, reads
+                # P_g from. Nothing waits in between: only the issue order of one thread's
+                # tcgen05.mma keeps the read first (as in FA4; see the writeup). The commit covers
+                # both MMAs, so softmax g also learns that O_g's last P V is done.
+                for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+                    tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
+                    cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, stage], tStS[g])
+                with cute.arch.elect_one():
+                    tcgen05.commit(s_full + g)
+
+        # Tail: the last tile's P V for both Q tiles.
+        last_stage, _ = ring_position(n_blocks - 1)
+        for g in cutlass.range_constexpr(NUM_Q_TILES):
+            # wait: P_g of the last tile in TMEM, O_g rescaled. Pairs with softmax warpgroup g's
+            # arrives on p_full[g]: the last tile's phase, parity (n_blocks-1) % 2.
+            cute.arch.mbarrier_wait(p_full + g, (n_blocks - 1) % 2)
+            tcgen05_fence_after_thread_sync()
+            for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
+                tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_blocks > 1 or kb != 0)
+                cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, last_stage],
+                          tOtO[g])
+        # The last stage is free, and O final, once these MMAs complete: tell the load warp and the
+        # softmax warpgroups.
+        with cute.arch.elect_one():
+            tcgen05.commit(kv_empty + last_stage)
+        with cute.arch.elect_one():
+            tcgen05.commit(o_full)
+
+    else:
+        # ---------------------------------------------------------------- softmax warpgroups
+        # Warps 4g .. 4g+3 run the softmax of Q tile g; thread `row` owns row (= TMEM lane) `row`
+        # of S_g, P_g and O_g. Warp w touches lanes 32 (w % 4) .. +31: its own quarter.
+        q_tile = warp_idx // 4
+        row = tidx % TILE_M
+
+        # TMEM <-> registers, TMEM_CHUNK columns of this thread's row per tcgen05.ld/st, for S and
+        # O alike. Chunk c is the first chunk's view moved c * TMEM_CHUNK columns along (a TMEM
+        # address counts 32-bit columns). The copies are built for the 128 threads of one Q tile
+        # (slice `row`); this thread's Q tile picks the columns.
+        S_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
+        O_chunk0 = cute.composition(tOtO[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
+        load_chunk, store_chunk = make_row_copies(O_chunk0, TMEM_CHUNK)
+        thr_load, thr_store = load_chunk.get_slice(row), store_chunk.get_slice(row)
+        s_shift = q_tile * (TMEM_S_COL[1] - TMEM_S_COL[0])
+        o_shift = q_tile * (TMEM_O_COL[1] - TMEM_O_COL[0])
+        tS_ld = thr_load.partition_S(S_chunk0)
+        tS_ld = cute.make_tensor(tS_ld.iterator + s_shift, tS_ld.layout)
+        tO_ld, tO_st = thr_load.partition_S(O_chunk0), thr_store.partition_D(O_chunk0)
+        tO_ld = cute.make_tensor(tO_ld.iterator + o_shift, tO_ld.layout)
+        tO_st = cute.make_tensor(tO_st.iterator + o_shift, tO_st.layout)
+        gO_mine = gO[None, None, NUM_Q_TILES * m_block + q_tile]
+        r_chunk = cute.make_rmem_tensor(thr_load.partition_D(O_chunk0).shape, cutlass.Float32)
+        r_chunk_bf16 = cute.make_rmem_tensor(r_chunk.shape, dtype)
+        # P: TMEM_CHUNK keys of P (bf16) fill TMEM_CHUNK / 2 columns. The registers are fp32-typed
+        # for the 32-bit tcgen05.st; the same registers viewed as bf16 receive the converted values.
+        P_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK // 2)))
+        _, store_p = make_row_copies(P_chunk0, TMEM_CHUNK // 2)
+        thr_store_p = store_p.get_slice(row)
+        tP_st = thr_store_p.partition_D(P_chunk0)
+        tP_st = cute.make_tensor(tP_st.iterator + s_shift, tP_st.layout)
+        r_p_cols = cute.make_rmem_tensor(thr_store_p.partition_S(P_chunk0).shape, cutlass.Float32)
+        r_p = cute.make_tensor(cute.recast_ptr(r_p_cols.iterator, dtype=dtype), r_chunk.layout)
+        num_chunks_S, num_chunks_O = TILE_N // TMEM_CHUNK, HEAD_DIM // TMEM_CHUNK
+
+        def chunk(t, c, width=TMEM_CHUNK):
+            return cute.make_tensor(t.iterator + c * width, t.layout)
+
+        row_max = -cutlass.Float32.inf
+        row_sum = cutlass.Float32(0.0)
+        for n_block in range(n_blocks):
+            # wait: S_g of tile j is in TMEM (and tile j-1's P_g V done). Pairs with the MMA
+            # warp's tcgen05.commit (its arrive) on s_full[g]: one phase per tile, parity j % 2.
+            cute.arch.mbarrier_wait(s_full + q_tile, n_block % 2)
+            tcgen05_fence_after_thread_sync()
+
+            # Online softmax on this thread's row, same formulas as h02; the row is whole in one
+            # thread, so no shuffles. Pass 1: the new row max, chunk by chunk.
+            m_new = row_max
+            for c in cutlass.range_constexpr(num_chunks_S):
+                cute.copy(thr_load, chunk(tS_ld, c), r_chunk)
+                cute.arch.fence_view_async_tmem_load()   # tcgen05.wait::ld: r_chunk is valid
+                chunk_max = r_chunk.load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0)
+                m_new = cute.arch.fmax(chunk_max, m_new)
+            # exp(scale * (m_old - m_new)); the first tile has m_old = -inf, so this is 0.
+            rescale = cute.math.exp((row_max - m_new) * softmax_scale)
+            row_max = m_new
+            # Pass 2: P = exp(scale * (S - m_new)), summed, and stored (bf16, two per column) over
+            # the first half of this thread's row of S_g. Chunk c of P lands in columns of S
+            # chunks <= c, all already read.
+            tile_sum = cutlass.Float32(0.0)
+            for c in cutlass.range_constexpr(num_chunks_S):
+                cute.copy(thr_load, chunk(tS_ld, c), r_chunk)
+                cute.arch.fence_view_async_tmem_load()
+                p = cute.math.exp((r_chunk.load() - m_new) * softmax_scale)
+                tile_sum += p.reduce(cute.ReductionOp.ADD, 0.0, 0)
+                r_p.store(p.to(dtype))
+                cute.copy(thr_store_p, r_p_cols, chunk(tP_st, c, TMEM_CHUNK // 2))
+            row_sum = row_sum * rescale + tile_sum
+
+            # O *= rescale in TMEM, one chunk at a time (load, scale, store). On the first tile O
+            # holds nothing yet: the first P V MMA overwrites it instead, so skip the rescale.
+            if n_block > 0:
+                for c in cutlass.range_constexpr(num_chunks_O):
+                    cute.copy(thr_load, chunk(tO_ld, c), r_chunk)
+                    cute.arch.fence_view_async_tmem_load()
+                    r_chunk.store(r_chunk.load() * rescale)
+                    cute.copy(thr_store, r_chunk, chunk(tO_st, c))
+            cute.arch.fence_view_async_tmem_store()      # tcgen05.wait::st: P and O in TMEM
+            # arrive: P_g written, O_g rescaled (p_full[g], this tile's phase; the MMA warp's wait
+            # pairs with it). The tcgen05 fence orders our TMEM stores before the arrive.
+            tcgen05_fence_before_thread_sync()
+            cute.arch.mbarrier_arrive(p_full + q_tile)
+
+        # wait: O is final. Pairs with the MMA warp's tcgen05.commit (its arrive) on o_full after
+        # the last P V MMAs: its only phase, parity 0.
+        cute.arch.mbarrier_wait(o_full, 0)
+        tcgen05_fence_after_thread_sync()
+        # Epilogue: O / rowsum, chunk by chunk from TMEM, to bf16, stored from registers to this
+        # thread's row of global memory.
+        inv_sum = cute.arch.rcp_approx(row_sum)
+        for c in cutlass.range_constexpr(num_chunks_O):
+            cute.copy(thr_load, chunk(tO_ld, c), r_chunk)
+            cute.arch.fence_view_async_tmem_load()
+            r_chunk_bf16.store((r_chunk.load() * inv_sum).to(dtype))
+            cute.autovec_copy(r_chunk_bf16, row_piece(gO_mine, row, c))
+
+    # Free TMEM: every softmax thread's loads are complete (wait::ld above), fenced before the
+    # barrier all 320 threads reach at the end; then the allocating warp deallocates.
+    tcgen05_fence_before_thread_sync()
+    cute.arch.sync_threads()
+    if warp_idx == MMA_WARP:
+        tcgen05_fence_after_thread_sync()
+        cute.arch.dealloc_tmem(tmem_base, TMEM_COLS)
+
+attention = contract.make_attention(INFO, host)

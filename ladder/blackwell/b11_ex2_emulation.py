@@ -1,0 +1,627 @@
+"""b11 — one exponential in eight on the FMA pipe: a degree-3 polynomial in FFMA2 instead of MUFU.EX2.
+
+Change from b10: only which unit computes some of the exponentials. 16 of each thread's 128
+scores per K/V tile (12.5%) get 2^x from ex2_emulated_pair, FA4's emulation (utils.ex2_emulation_2,
+POLY_EX2[3]) written out here: clamp at -127, add 1.5 * 2^23 rounding down (the low bits then
+hold floor(x)), subtract it back, the fraction f in [0, 1), 2^f by a degree-3 polynomial in
+Horner form (three packed FFMA2 per pair), and floor(x) shifted into the exponent bits with an
+integer add. Which ones: FA4's 1-CTA default for head dim 128, the last 4 of every 16 scores in
+every 32-score fragment but the first and the last (EMU_* below). Everything else is b10's.
+
+Why: after b10, per K/V tile and CTA, the tensor core needs 2,048 cycles and the MUFU as many:
+256 softmax threads x 129 ex2 (128 scores + the rescale) / 16 per clock = 2,064. The FMA pipe,
+128 lanes per clock, is nearly idle. An emulated pair costs 10 instructions (2 FMNMX clamps, one
+FADD2.RM, two FADD2, three FFMA2, two shift-adds) instead of 2 MUFU.EX2.
+
+Expect (arithmetic, per K/V tile and CTA on a B200 SM): MUFU 256 x 113 / 16 = 1,808 cycles, now
+under the tensor core's 2,048; issue +64 instructions per thread (8 pairs x 10 - 16 ex2), ~128
+cycles over the 4 schedulers, plus the spills below: ~1,000 -> ~1,230 issue cycles (SASS budget),
+still under 2,048. If b10 was bound by the MUFU tying with the tensor core (each stalling the
+other at the hand-offs), this frees a margin: +5-12%. The cost is registers: the emulation's
+temporaries on top of the 128 scores each thread holds push this 320-thread CTA past its
+168-register cap, and ptxas spills some values every tile (``spills_at_register_cap`` in INFO;
+the count is in the writeup's SASS table); FA4 gives its softmax warps 192 registers with
+setmaxnreg. On Hopper, with half the tensor rate, the MUFU is at most half busy and the same
+emulation was measured to cost time (exp:h10-exp2-emulation).
+
+Numerics: the polynomial's relative error is ~2^-13 at most (x >= -126), far under the bf16
+rounding of P (2^-9); measured against fp64 with the same function compiled for sm_90a on the
+H200 (``ladder accuracy``) and in float32 on the CPU (tests/test_ex2_accuracy.py).
+
+Evidence: ``ladder sass b11 --against b10 --budget`` (MUFU.EX2 per tile down by 16, FFMA2 up by
+24, FADD2.RM present); tests/test_softmax_budget.py; writeups/blackwell/11-ex2-emulation.md.
+Compiled, not yet run on a B200.
+"""
+
+import math
+
+import cutlass
+import cutlass.cute as cute
+from cutlass._mlir.dialects import llvm, nvvm
+from cutlass.cute.nvgpu import cpasync, tcgen05
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+from ladder import contract
+
+# Tile shapes (named, not magic): one CTA = two 128-row query tiles, walking K/V in 128-row tiles.
+TILE_M = 128           # query rows per Q tile: the M of tcgen05.mma.cta_group::1, one TMEM lane each
+NUM_Q_TILES = 2        # Q tiles per CTA, sharing every K/V load; one softmax warpgroup each
+TILE_N = 128           # key/value rows per iteration
+HEAD_DIM = 128
+MMA_K = 16             # bf16 tcgen05.mma consumes 16 of the reduction dim per instruction
+SOFTMAX_WARPS = 4 * NUM_Q_TILES    # per Q tile 4 warps x 32 lanes = the 128 TMEM lanes, one per row
+MMA_WARP = SOFTMAX_WARPS           # warp 8: issues every tcgen05.mma and commit; owns TMEM
+LOAD_WARP = SOFTMAX_WARPS + 1      # warp 9: issues every TMA copy
+NUM_WARPS = SOFTMAX_WARPS + 2
+THREADS = NUM_WARPS * 32
+KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the MMA warp's tcgen05.commit alone
+NUM_STAGES = 2                     # K/V ring depth: tiles in flight ahead of the MMA warp
+# Columns per tcgen05.ld/st of S or O. A register-allocation knob, not part of the algorithm: with
+# the second Q tile's addressing, 16 (b02-b04's) made ptxas hold the kernel to 128 registers and
+# spill; 32 needs ~190 and spills nothing (8 also fits, with twice the TMEM instructions).
+TMEM_CHUNK = 32
+LOG2_E = math.log2(math.e)   # exp(x) = 2^(x * log2(e))
+
+# TMEM: fp32 S0, S1 (TILE_N columns each), then fp32 O0, O1 (HEAD_DIM columns each): all 512.
+TMEM_S_COL = (0, TILE_N)                                   # S of Q tile 0, 1
+TMEM_O_COL = (2 * TILE_N, 2 * TILE_N + HEAD_DIM)           # O of Q tile 0, 1
+TMEM_COLS = 512
+
+# smem: 2 Q tiles + NUM_STAGES x (K + V) (128-byte swizzled), all bf16. P lives in TMEM.
+SMEM_ALIGN = 1024      # the 128B swizzle repeats every 8 rows x 128 B; descriptors assume this base
+SMEM_BYTES = 2 * (NUM_Q_TILES * TILE_M * HEAD_DIM + NUM_STAGES * 2 * TILE_N * HEAD_DIM)
+# P_g (bf16, TILE_N keys = TILE_N / 2 columns) aliases the first columns of S_g.
+P_COLS = TILE_N * 16 // 32
+
+# Exponentials on the FMA pipe (FA4's utils.ex2_emulation_2, degree 3): 2^x = 2^floor(x) * 2^frac(x),
+# floor(x) written into the exponent bits, 2^frac by a polynomial fitted on [0, 1) (FA4's POLY_EX2[3],
+# a relative minimax fit). Valid for x <= 0 (softmax arguments are s*scale_log2 - max_scaled <= 0).
+EX2_POLY = (1.0, 0.695146143436431884765625, 0.227564394474029541015625, 0.077119089663028717041015625)
+EX2_CLAMP = -127.0                         # below it 2^x is not a normal float; the result flushes towards 0
+ROUND_DOWN_MAGIC = float(2**23 + 2**22)    # x + 1.5*2^23 rounded down keeps floor(x) in the low mantissa bits
+# Which exponentials: FA4's 1-CTA default for head dim 128 (ex2_emu_freq 16, ex2_emu_res 4,
+# ex2_emu_start_frg 1). In each EMU_FRAGMENT of a row (a TMEM_CHUNK), the last EMU_SPAN of every
+# EMU_PERIOD elements, in every fragment but the first and the last: 2 fragments x 2 periods x 4 =
+# 16 of 128 elements, 12.5%. FA4 keeps the first and the last fragment of a row on the MUFU; so
+# does this kernel.
+EMU_FRAGMENT = 32
+EMU_PERIOD = 16
+EMU_SPAN = 4
+EMU_FIRST_FRAGMENT = 1
+
+EX2_EMULATED_PER_TILE = ((TILE_N // EMU_FRAGMENT - 1 - EMU_FIRST_FRAGMENT) * (EMU_FRAGMENT // EMU_PERIOD)
+                         * EMU_SPAN)        # per thread (= row) and K/V tile: 16 of 128
+
+INFO = contract.StepInfo(
+    id="b11",
+    slug="ex2_emulation",
+    title="12.5% of the exponentials on the FMA pipe",
+    change="1 exponential in 8 by a degree-3 polynomial in FFMA2 (FA4's emulation and interleave) instead of MUFU.EX2",
+    archs=("sm_100a",),
+    enabler=False,
+    threads=THREADS,
+    tile_m=NUM_Q_TILES * TILE_M,
+    tile_n=TILE_N,
+    smem_bytes=SMEM_BYTES,
+    predecessor="b10",
+    sass_present=("UTCHMMA", "UTCHMMA.TS", "UTCBAR", "LDTM", "STTM", "UTMALDG", "MUFU.EX2", "FFMA2"),
+    sass_absent=("HMMA", "HGMMA", "LDSM", "LDG", "LDGSTS"),
+    tmem_cols=TMEM_COLS,
+    extra={"tmem_map": {"S0": (TMEM_S_COL[0], TILE_N), "S1": (TMEM_S_COL[1], TILE_N),
+                        "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)},
+           "tmem_aliases": {"P0": ("S0", 0, P_COLS), "P1": ("S1", 0, P_COLS)},
+           "q_tiles": NUM_Q_TILES,
+           "warp_roles": {"softmax0": tuple(range(0, 4)), "softmax1": tuple(range(4, 8)),
+                          "mma": (MMA_WARP,), "load": (LOAD_WARP,)},
+           "tmem_warps": tuple(range(SOFTMAX_WARPS)),
+           "kv_stages": NUM_STAGES,
+           "no_tmem_guard": "a thread holds its whole row of S (128 registers); ptxas's TMEM guardrail calls "
+                            "do not fit in the 168 registers a 320-thread CTA allows",
+           "ex2_emulated_per_tile": EX2_EMULATED_PER_TILE,
+           "spills_at_register_cap": "the emulation's temporaries on top of the 128 scores a thread holds; FA4 "
+                                     "gives its softmax warps 192 registers with setmaxnreg, this 320-thread CTA "
+                                     "has 168 for every thread"},
+)
+
+
+def _umma_layout(kind, shape, mn_major=False):
+    """Tile a tcgen05 smem layout atom over ``shape``; an MN-major operand is tiled along its
+    contiguous (first) mode first. A third mode (the Q tile) is tiled last: whole tiles."""
+    atom = tcgen05.make_smem_layout_atom(kind, cutlass.BFloat16)
+    order = ((1, 0) if mn_major else (0, 1)) + tuple(range(2, len(shape)))
+    return cute.tile_to_shape(atom, shape, order)
+
+
+def make_smem_layouts():
+    """(sQ, sK, sVt). Q, K, V in the 128B-swizzle layouts: atoms of 8 rows x 128 bytes with
+    the 16-byte chunks of each row permuted by XOR with the row index, tiled over the tile; the
+    UMMA descriptors carry the same mode. Q and K (A/B of S) are K-major; V, the B operand of
+    O += P V shaped (D, keys), is MN-major. Q has a third mode, the Q tile: (TILE_M, D,
+    NUM_Q_TILES); K and V one, the ring stage: (TILE_N, D, NUM_STAGES) and (D, TILE_N,
+    NUM_STAGES); each a whole swizzled tile. P is not in shared memory."""
+    sQ = _umma_layout(tcgen05.SmemLayoutAtomKind.K_SW128, (TILE_M, HEAD_DIM, NUM_Q_TILES))
+    sK = _umma_layout(tcgen05.SmemLayoutAtomKind.K_SW128, (TILE_N, HEAD_DIM, NUM_STAGES))
+    sVt = _umma_layout(tcgen05.SmemLayoutAtomKind.MN_SW128, (HEAD_DIM, TILE_N, NUM_STAGES), mn_major=True)
+    return sQ, sK, sVt
+
+
+def make_tmem_p_layout():
+    """P as the A operand of O += P V: (TILE_M, TILE_N) bf16, K-major. Read from TMEM, where a
+    row of P is one lane, two bf16 per column; this layout only gives the MMA the operand's
+    logical shape and K-major order (no smem address, no swizzle)."""
+    return _umma_layout(tcgen05.SmemLayoutAtomKind.K_INTER, (TILE_M, TILE_N)).outer
+
+
+def make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout):
+    """The CTA's shared memory, as a struct (its size is the launch's dynamic smem)."""
+    @cute.struct
+    class SharedStorage:
+        sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], SMEM_ALIGN]
+        sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], SMEM_ALIGN]
+        sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sVt_layout)], SMEM_ALIGN]
+        # mbarriers, one per hand-off between two roles (see the module docstring).
+        q_full: cute.struct.MemRange[cutlass.Int64, 1]
+        kv_full: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
+        kv_empty: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
+        s_full: cute.struct.MemRange[cutlass.Int64, NUM_Q_TILES]
+        p_full: cute.struct.MemRange[cutlass.Int64, NUM_Q_TILES]
+        o_full: cute.struct.MemRange[cutlass.Int64, 1]
+        # tcgen05.alloc writes the TMEM base address here.
+        tmem_base: cutlass.Int32
+    return SharedStorage
+
+
+def make_tma_loads(mQ, mK, mV, sQ_layout, sK_layout, sVt_layout):
+    """TMA atoms (descriptor + smem layout, swizzle included) and the coordinate tensors they
+    index; each atom loads one tile (one Q tile, one ring stage of K or V). A TMA box is
+    described with the contiguous mode first, so Q and K are viewed as (seqlen, d, heads, batch)
+    and V as (d, seqlen, heads, batch): V's smem tile is (D, keys)."""
+    q = cute.make_tensor(mQ.iterator, cute.select(mQ.layout, mode=[1, 3, 2, 0]))
+    k = cute.make_tensor(mK.iterator, cute.select(mK.layout, mode=[1, 3, 2, 0]))
+    vt = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[3, 1, 2, 0]))
+    load = cpasync.CopyBulkTensorTileG2SOp()
+    return (cpasync.make_tiled_tma_atom(load, q, cute.select(sQ_layout, mode=[0, 1]), (TILE_M, HEAD_DIM)),
+            cpasync.make_tiled_tma_atom(load, k, cute.select(sK_layout, mode=[0, 1]), (TILE_N, HEAD_DIM)),
+            cpasync.make_tiled_tma_atom(load, vt, cute.select(sVt_layout, mode=[0, 1]), (HEAD_DIM, TILE_N)))
+
+
+@dsl_user_op
+def _asm_f32(asm: str, *args, loc=None, ip=None):
+    """One f32 result from inline PTX over f32 operands (for what the DSL has no operator for)."""
+    return cutlass.Float32(llvm.inline_asm(
+        T.f32(), [cutlass.Float32(a).ir_value(loc=loc, ip=ip) for a in args], asm, "=f" + ",f" * len(args),
+        has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT))
+
+
+def _exponent_add(floor_bits, mantissa):
+    """floor(x) (the low bits of ``floor_bits``) shifted into the exponent field and added to the
+    bits of 2^frac: an integer shift and add, on the ALU, not the FMA pipe."""
+    return _asm_f32("{ .reg .s32 e, m; mov.b32 e, $1; mov.b32 m, $2; shl.b32 e, e, 23; "
+                    "add.s32 m, m, e; mov.b32 $0, m; }", floor_bits, mantissa)
+
+
+def ex2_emulated_pair(x, y, packed=True):
+    """(2^x, 2^y) for x, y <= 0 without the MUFU. ``packed``: two lanes per instruction (FADD2/FFMA2,
+    sm_100a); ``packed=False`` is the same arithmetic one lane at a time (sm_90a has no FFMA2), for
+    the accuracy check on the H200. Per pair: 2 FMNMX, 3 FADD2 (round-down add, subtract back,
+    fraction), 3 FFMA2 (Horner), 2 shift-adds."""
+    xy = (cute.arch.fmax(x, EX2_CLAMP), cute.arch.fmax(y, EX2_CLAMP))
+    magic = (ROUND_DOWN_MAGIC, ROUND_DOWN_MAGIC)
+    if packed:
+        # add.rm: rounding down makes the low bits floor(x), so the fraction lies in [0, 1] (1 only
+        # when x is a hair below an integer; 2^1 is still within the fit).
+        floor_bits = cute.arch.add_packed_f32x2(xy, magic, rnd="rm")
+        floor_xy = cute.arch.sub_packed_f32x2(floor_bits, magic)       # exact: round to nearest
+        frac = cute.arch.sub_packed_f32x2(xy, floor_xy)
+        poly = (EX2_POLY[3], EX2_POLY[3])
+        for c in EX2_POLY[2::-1]:
+            poly = cute.arch.fma_packed_f32x2(poly, frac, (c, c))
+    else:
+        floor_bits = tuple(_asm_f32("add.rm.f32 $0, $1, $2;", v, ROUND_DOWN_MAGIC) for v in xy)
+        frac = tuple(v - (b - ROUND_DOWN_MAGIC) for v, b in zip(xy, floor_bits, strict=True))
+        poly = [cutlass.Float32(EX2_POLY[3]), cutlass.Float32(EX2_POLY[3])]
+        for c in EX2_POLY[2::-1]:
+            poly = [p * f + c for p, f in zip(poly, frac, strict=True)]
+    return _exponent_add(floor_bits[0], poly[0]), _exponent_add(floor_bits[1], poly[1])
+
+
+def ex2_is_emulated(fragment, element, fragments):
+    """Is element ``element`` (even: the first of a pair) of fragment ``fragment`` emulated?"""
+    return (element % EMU_PERIOD >= EMU_PERIOD - EMU_SPAN
+            and EMU_FIRST_FRAGMENT <= fragment < fragments - 1)
+
+
+def ring_position(n_block):
+    """(stage, parity) of K/V tile j. Tile j goes to stage j % NUM_STAGES, in round
+    j // NUM_STAGES of that stage; a stage's kv_full completes one phase per round, so tile j waits
+    with the round's parity. The load warp waits for the *previous* round of kv_empty: the other
+    parity. (tests/test_pipeline_protocol.py replays this bookkeeping against a model of the
+    mbarriers.)"""
+    return n_block % NUM_STAGES, (n_block // NUM_STAGES) % 2
+
+
+def make_tiled_mmas(dtype):
+    """(for S = Q K^T, for O += P V). One tcgen05.mma.cta_group::1 atom each, M = 128, fp32
+    accumulators in TMEM. S: A (Q) and B (K) from smem, K-major. O: A (P) from TMEM (a TS-MMA;
+    a TMEM A operand is always K-major), B (V) from smem, MN-major."""
+    K, MN = cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.MN
+    tiled_mma = cute.make_tiled_mma(tcgen05.MmaF16BF16Op(
+        dtype, cutlass.Float32, (TILE_M, TILE_N, MMA_K), tcgen05.CtaGroup.ONE,
+        tcgen05.OperandSource.SMEM, K, K))
+    tiled_mma_pv = cute.make_tiled_mma(tcgen05.MmaF16BF16Op(
+        dtype, cutlass.Float32, (TILE_M, HEAD_DIM, MMA_K), tcgen05.CtaGroup.ONE,
+        tcgen05.OperandSource.TMEM, K, MN))
+    return tiled_mma, tiled_mma_pv
+
+
+def make_row_copies(acc_tile, columns):
+    """TMEM <-> registers for thread i = TMEM lane i (= query row i): ``tcgen05.ld/st.32x32b``,
+    ``columns`` 32-bit columns per instruction. In the 32x32b shape warp w may touch only lanes
+    32w..32w+31 (a warp's TMEM sub-partition), which is exactly its 32 query rows."""
+    load = cute.make_copy_atom(tcgen05.Ld32x32bOp(tcgen05.Repetition(columns)), cutlass.Float32)
+    store = cute.make_copy_atom(tcgen05.St32x32bOp(tcgen05.Repetition(columns)), cutlass.Float32)
+    return tcgen05.make_tmem_copy(load, acc_tile), tcgen05.make_tmem_copy(store, acc_tile)
+
+
+def row_piece(tile, row, piece):
+    """Columns piece * TMEM_CHUNK .. + TMEM_CHUNK - 1 of one row of a (rows, cols) tile: what one
+    thread stores per chunk of its row (O to global memory)."""
+    return cute.local_tile(tile, (1, TMEM_CHUNK), (row, piece))
+
+
+def tcgen05_fence_before_thread_sync():
+    """Order this thread's earlier tcgen05 operations (TMEM loads/stores) before the barrier that
+    follows, so that an MMA issued after it by another thread sees them."""
+    nvvm.tcgen05_fence(nvvm.Tcgen05FenceKind.BEFORE_THREAD_SYNC)
+
+
+def tcgen05_fence_after_thread_sync():
+    """Order this thread's later tcgen05 operations after the barrier (or mbarrier wait) just
+    passed."""
+    nvvm.tcgen05_fence(nvvm.Tcgen05FenceKind.AFTER_THREAD_SYNC)
+
+
+@cute.jit
+def host(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
+         softmax_scale: cutlass.Float32, stream):
+    """Build layouts, copies and the tiled MMAs; launch one CTA per (query tile, batch, head)."""
+    dtype = mQ.element_type
+    mQ, mK, mV, mO = (contract.aligned(t) for t in (mQ, mK, mV, mO))
+    sQ_layout, sK_layout, sVt_layout = make_smem_layouts()
+
+    SharedStorage = make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout)
+    (tma_Q, tma_mQ), (tma_K, tma_mK), (tma_V, tma_mVt) = make_tma_loads(
+        mQ, mK, mV, sQ_layout, sK_layout, sVt_layout)
+    tiled_mma, tiled_mma_pv = make_tiled_mmas(dtype)
+    grid = (cute.size(mQ.shape[1]) // (NUM_Q_TILES * TILE_M), cute.size(mQ.shape[0]), cute.size(mQ.shape[2]))
+    kernel(tma_Q, tma_mQ, tma_K, tma_mK, tma_V, tma_mVt, mO, softmax_scale,
+           sQ_layout, sK_layout, sVt_layout, make_tmem_p_layout(), tiled_mma, tiled_mma_pv,
+           SharedStorage).launch(
+        grid=grid, block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream)
+
+
+@cute.kernel
+def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_mK: cute.Tensor,
+           tma_V: cute.CopyAtom, tma_mVt: cute.Tensor, mO: cute.Tensor,
+           softmax_scale: cutlass.Float32,
+           sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
+           sVt_layout: cute.ComposedLayout, tP_layout: cute.Layout,
+           tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, SharedStorage: cutlass.Constexpr):
+    tidx, _, _ = cute.arch.thread_idx()
+    warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    m_block, batch, head = cute.arch.block_idx()
+    dtype = mO.element_type
+    n_blocks = cute.size(tma_mK.shape[0]) // TILE_N
+
+    # This CTA's tiles, as TMA coordinates: gQ (TILE_M, D, Q tiles of the sequence); gK (TILE_N,
+    # D, n_blocks); gVt (D, TILE_N, n_blocks). The CTA's Q tiles are NUM_Q_TILES * m_block + g.
+    # gO (TILE_M, D, Q tiles of the sequence) is plain global memory.
+    gQ = cute.local_tile(tma_mQ[None, None, head, batch], (TILE_M, HEAD_DIM), (None, 0))
+    gK = cute.local_tile(tma_mK[None, None, head, batch], (TILE_N, HEAD_DIM), (None, 0))
+    gVt = cute.local_tile(tma_mVt[None, None, head, batch], (HEAD_DIM, TILE_N), (0, None))
+    gO = cute.local_tile(mO[batch, None, head, None], (TILE_M, HEAD_DIM), (None, 0))
+
+    smem = cutlass.memory.SmemAllocator()
+    storage = smem.allocate(SharedStorage)
+    # The swizzle (the layouts' inner function) goes with the smem pointer; the descriptors and
+    # the copies then see plain (outer) layouts.
+    sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)      # (TILE_M, D, Q tile)
+    sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)      # (TILE_N, D, stage)
+    sVt = storage.sV.get_tensor(sVt_layout.outer, swizzle=sVt_layout.inner)   # (D, TILE_N, stage): B of P V
+    q_full = storage.q_full.data_ptr()
+    kv_full, kv_empty = storage.kv_full.data_ptr(), storage.kv_empty.data_ptr()   # stage s: base + s
+    s_full, p_full, o_full = storage.s_full.data_ptr(), storage.p_full.data_ptr(), storage.o_full.data_ptr()
+
+    # The MMA warp allocates TMEM (a warp-wide instruction; the base address lands in smem) and
+    # gives up the right to allocate more; one thread initializes the mbarriers. Arrival counts:
+    # one for those completed by an expect-tx arrive or a tcgen05.commit, one per softmax thread
+    # for p_full. The fence + CTA barrier (the last one all 320 threads take before the roles
+    # split) publish them to every thread and to the TMA.
+    if warp_idx == MMA_WARP:
+        cute.arch.alloc_tmem(TMEM_COLS, storage.tmem_base)
+        cute.arch.relinquish_tmem_alloc_permit()
+        with cute.arch.elect_one():
+            for bar in (q_full, o_full):
+                cute.arch.mbarrier_init(bar, 1)
+            for stage in cutlass.range_constexpr(NUM_STAGES):
+                cute.arch.mbarrier_init(kv_full + stage, 1)
+                cute.arch.mbarrier_init(kv_empty + stage, KV_EMPTY_ARRIVALS)
+            for g in cutlass.range_constexpr(NUM_Q_TILES):
+                cute.arch.mbarrier_init(s_full + g, 1)
+                cute.arch.mbarrier_init(p_full + g, TILE_M)
+    cute.arch.mbarrier_init_fence()
+    cute.arch.sync_threads()
+    tmem_base = cute.arch.retrieve_tmem_ptr(cutlass.Float32, 16, storage.tmem_base)
+
+    # The accumulators are TMEM tensors: S_g at column TMEM_S_COL[g], O_g at TMEM_O_COL[g], lane
+    # i = row i of Q tile g; P_g (bf16) over S_g's first P_COLS columns. One CTA is one MMA
+    # "thread" (cta_group::1), so slice 0.
+    thr_mma = tiled_mma.get_slice(0)
+    thr_mma_pv = tiled_mma_pv.get_slice(0)
+    tStS = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((TILE_M, TILE_N)))
+    tOtO = tiled_mma_pv.make_fragment_C(tiled_mma_pv.partition_shape_C((TILE_M, HEAD_DIM)))
+    tStS = [cute.make_tensor(tmem_base + TMEM_S_COL[g], tStS.layout) for g in range(NUM_Q_TILES)]
+    tOtO = [cute.make_tensor(tmem_base + TMEM_O_COL[g], tOtO.layout) for g in range(NUM_Q_TILES)]
+
+    if warp_idx == LOAD_WARP:
+        # ------------------------------------------------------------------------ load warp
+        # TMA partitions: each whole smem tile is one TMA destination; the global side keeps the
+        # tile index (for K and V, which tile of the sequence).
+        def tma_partition(atom, smem_tile, gmem_tile):
+            return cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(smem_tile, 0, 2),
+                                         cute.group_modes(gmem_tile, 0, 2))
+        tQsQ, tQgQ = tma_partition(tma_Q, sQ, gQ)
+        tKsK, tKgK = tma_partition(tma_K, sK, gK)
+        tVsV, tVgV = tma_partition(tma_V, sVt, gVt)
+        q_bytes = cute.size_in_bytes(dtype, sQ_layout)         # both Q tiles, on one barrier phase
+        # expect-tx counts one stage's bytes: what one K copy plus one V copy deliver.
+        kv_bytes = (cute.size_in_bytes(dtype, cute.select(sK_layout, mode=[0, 1]))
+                    + cute.size_in_bytes(dtype, cute.select(sVt_layout, mode=[0, 1])))
+        # Both Q tiles once (cute.copy of a TMA atom elects its own issuing thread, so it sits
+        # outside elect_one; only the expect-tx arrive is inside).
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive_and_expect_tx(q_full, q_bytes)
+        for g in cutlass.range_constexpr(NUM_Q_TILES):
+            cute.copy(tma_Q, tQgQ[None, NUM_Q_TILES * m_block + g], tQsQ[None, g], tma_bar_ptr=q_full)
+        for n_block in range(n_blocks):
+            # Tile j goes to stage s = j % NUM_STAGES, in round j // NUM_STAGES of that stage.
+            stage, parity = ring_position(n_block)
+            # wait: stage s is free. Pairs with the MMA warp's tcgen05.commit (its arrive) on
+            # kv_empty[s] after the P V MMAs of tile j - NUM_STAGES, the previous round: parity ^ 1.
+            # In round 0 the fresh barrier's "previous phase" (parity 1) counts as complete, so
+            # the load warp fills every stage without waiting.
+            cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(kv_full + stage, kv_bytes)
+            cute.copy(tma_K, tKgK[None, n_block], tKsK[None, stage], tma_bar_ptr=kv_full + stage)
+            cute.copy(tma_V, tVgV[None, n_block], tVsV[None, stage], tma_bar_ptr=kv_full + stage)
+        # Producer tail: drain the ring before the exit barrier. The kv_empty arrives come from the
+        # tensor core's commits, not from a thread, so no thread's exit orders them: without these
+        # waits one could land after the CTA has exited, in shared memory that already belongs to
+        # the next CTA. Positions n_blocks .. n_blocks + NUM_STAGES - 1 are the next round of each
+        # stage, so their waits are each stage's last phase.
+        for i in cutlass.range_constexpr(NUM_STAGES):
+            stage, parity = ring_position(n_blocks + i)
+            # wait: the last MMAs that read stage s are done. Pairs with the MMA warp's last
+            # tcgen05.commit (its arrive) on kv_empty[s]: parity ^ 1, as in the loop; a stage no
+            # tile used (n_blocks < NUM_STAGES) passes at once, as in round 0.
+            cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
+
+    elif warp_idx == MMA_WARP:
+        # ------------------------------------------------------------------------- MMA warp
+        # Smem operands as UMMA descriptors, one per 16-wide k-block (and Q tile); P from TMEM.
+        tSrQ = tiled_mma.make_fragment_A(thr_mma.partition_A(sQ))
+        tSrK = tiled_mma.make_fragment_B(thr_mma.partition_B(sK))
+        tOrVt = tiled_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))
+        # P_g, the A operand of O_g += P_g V, in TMEM over S_g's first P_COLS columns. make_fragment_A
+        # gives the operand's layout but a tensor at TMEM address 0, so it is re-based on the
+        # allocated base, viewed as bf16: the pointer then counts bf16 elements, two per column.
+        tOrP = tiled_mma_pv.make_fragment_A(thr_mma_pv.partition_A(cute.make_tensor(tmem_base, tP_layout)))
+        p_base = cute.arch.retrieve_tmem_ptr(dtype, 16, storage.tmem_base)
+        bf16_per_col = cutlass.Float32.width // dtype.width
+        tOrP = [cute.make_tensor(p_base + TMEM_S_COL[g] * bf16_per_col, tOrP.layout)
+                for g in range(NUM_Q_TILES)]
+
+        # wait: both Q tiles landed (pairs with the load warp's expect-tx arrive; phase 0, parity 0).
+        cute.arch.mbarrier_wait(q_full, 0)
+
+        # Prologue: S_0(0) and S_1(0), so that both softmax warpgroups have a tile to start on.
+        stage, parity = ring_position(0)
+        # wait: K_0, V_0 landed in stage 0. Pairs with the load warp's expect-tx arrive (and the
+        # TMA's bytes) on kv_full[0]: round 0, parity 0.
+        cute.arch.mbarrier_wait(kv_full + stage, parity)
+        tcgen05_fence_after_thread_sync()
+        for g in cutlass.range_constexpr(NUM_Q_TILES):
+            for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+                tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
+                cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, stage], tStS[g])
+            with cute.arch.elect_one():
+                tcgen05.commit(s_full + g)
+
+        # Steady state, iteration j: P_0 V(j-1) -> S_0(j) -> P_1 V(j-1) -> S_1(j). Each Q tile's
+        # P V of the previous tile is followed at once by its own next S, so S_g(j) waits only for
+        # softmax g (through p_full[g]), never for the other warpgroup: while softmax 0 works on
+        # S_0(j) the tensor core runs P_1 V(j-1) and S_1(j), and the other way round.
+        for n_block in range(1, n_blocks):
+            prev_stage, _ = ring_position(n_block - 1)
+            stage, parity = ring_position(n_block)
+            for g in cutlass.range_constexpr(NUM_Q_TILES):
+                # wait: P_g of tile j-1 in TMEM, O_g rescaled. Pairs with the arrives of all 128
+                # threads of softmax warpgroup g on p_full[g]: one phase per tile, tile j-1's
+                # parity (j-1) % 2.
+                cute.arch.mbarrier_wait(p_full + g, (n_block - 1) % 2)
+                tcgen05_fence_after_thread_sync()
+                for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
+                    tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_block > 1 or kb != 0)
+                    cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, prev_stage],
+                              tOtO[g])
+                if g == NUM_Q_TILES - 1:
+                    # Tile j-1's last MMAs are issued: stage s_{j-1} (K_{j-1}, V_{j-1}) is free once
+                    # they complete. Tell the load warp.
+                    with cute.arch.elect_one():
+                        tcgen05.commit(kv_empty + prev_stage)
+                if g == 0:
+                    # wait: K_j, V_j landed in stage s. Pairs with the load warp's expect-tx arrive
+                    # (and the TMA's bytes) on kv_full[s]: one phase per round, the round's parity.
+                    # Taken after P_0 V(j-1) is issued, so that MMA does not wait for the load.
+                    cute.arch.mbarrier_wait(kv_full + stage, parity)
+                    tcgen05_fence_after_thread_sync()
+                # S_g(j) = Q_g K_j^T overwrites the columns P_g V(j-1), issued just before, reads
+                # P_g from. Nothing waits in between: only the issue order of one thread's
+                # tcgen05.mma keeps the read first (as in FA4; see the writeup). The commit covers
+                # both MMAs, so softmax g also learns that O_g's last P V is done.
+                for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+                    tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
+                    cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, stage], tStS[g])
+                with cute.arch.elect_one():
+                    tcgen05.commit(s_full + g)
+
+        # Tail: the last tile's P V for both Q tiles.
+        last_stage, _ = ring_position(n_blocks - 1)
+        for g in cutlass.range_constexpr(NUM_Q_TILES):
+            # wait: P_g of the last tile in TMEM, O_g rescaled. Pairs with softmax warpgroup g's
+            # arrives on p_full[g]: the last tile's phase, parity (n_blocks-1) % 2.
+            cute.arch.mbarrier_wait(p_full + g, (n_blocks - 1) % 2)
+            tcgen05_fence_after_thread_sync()
+            for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
+                tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_blocks > 1 or kb != 0)
+                cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, last_stage],
+                          tOtO[g])
+        # The last stage is free, and O final, once these MMAs complete: tell the load warp and the
+        # softmax warpgroups.
+        with cute.arch.elect_one():
+            tcgen05.commit(kv_empty + last_stage)
+        with cute.arch.elect_one():
+            tcgen05.commit(o_full)
+
+    else:
+        # ---------------------------------------------------------------- softmax warpgroups
+        # Warps 4g .. 4g+3 run the softmax of Q tile g; thread `row` owns row (= TMEM lane) `row`
+        # of S_g, P_g and O_g. Warp w touches lanes 32 (w % 4) .. +31: its own quarter.
+        q_tile = warp_idx // 4
+        row = tidx % TILE_M
+
+        # TMEM <-> registers, TMEM_CHUNK columns of this thread's row per tcgen05.ld/st, for S and
+        # O alike. Chunk c is the first chunk's view moved c * TMEM_CHUNK columns along (a TMEM
+        # address counts 32-bit columns). The copies are built for the 128 threads of one Q tile
+        # (slice `row`); this thread's Q tile picks the columns.
+        S_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
+        O_chunk0 = cute.composition(tOtO[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
+        load_chunk, store_chunk = make_row_copies(O_chunk0, TMEM_CHUNK)
+        thr_load, thr_store = load_chunk.get_slice(row), store_chunk.get_slice(row)
+        s_shift = q_tile * (TMEM_S_COL[1] - TMEM_S_COL[0])
+        o_shift = q_tile * (TMEM_O_COL[1] - TMEM_O_COL[0])
+        tS_ld = thr_load.partition_S(S_chunk0)
+        tS_ld = cute.make_tensor(tS_ld.iterator + s_shift, tS_ld.layout)
+        tO_ld, tO_st = thr_load.partition_S(O_chunk0), thr_store.partition_D(O_chunk0)
+        tO_ld = cute.make_tensor(tO_ld.iterator + o_shift, tO_ld.layout)
+        tO_st = cute.make_tensor(tO_st.iterator + o_shift, tO_st.layout)
+        gO_mine = gO[None, None, NUM_Q_TILES * m_block + q_tile]
+        r_chunk = cute.make_rmem_tensor(thr_load.partition_D(O_chunk0).shape, cutlass.Float32)
+        r_chunk_bf16 = cute.make_rmem_tensor(r_chunk.shape, dtype)
+        # P: TMEM_CHUNK keys of P (bf16) fill TMEM_CHUNK / 2 columns. The registers are fp32-typed
+        # for the 32-bit tcgen05.st; the same registers viewed as bf16 receive the converted values.
+        P_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK // 2)))
+        _, store_p = make_row_copies(P_chunk0, TMEM_CHUNK // 2)
+        thr_store_p = store_p.get_slice(row)
+        tP_st = thr_store_p.partition_D(P_chunk0)
+        tP_st = cute.make_tensor(tP_st.iterator + s_shift, tP_st.layout)
+        r_p_cols = cute.make_rmem_tensor(thr_store_p.partition_S(P_chunk0).shape, cutlass.Float32)
+        r_p = cute.make_tensor(cute.recast_ptr(r_p_cols.iterator, dtype=dtype), r_chunk.layout)
+        num_chunks_S, num_chunks_O = TILE_N // TMEM_CHUNK, HEAD_DIM // TMEM_CHUNK
+        # The whole row of S_g (TILE_N fp32 values) in registers, loaded by one tcgen05.ld; r_S[c]
+        # views its chunk c (TMEM_CHUNK values), the piece the P stores and the sums work on.
+        S_row0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TILE_N)))
+        load_row, _ = make_row_copies(S_row0, TILE_N)
+        thr_load_row = load_row.get_slice(row)
+        tS_row = thr_load_row.partition_S(S_row0)
+        tS_row = cute.make_tensor(tS_row.iterator + s_shift, tS_row.layout)
+        r_S_row = cute.make_rmem_tensor(thr_load_row.partition_D(S_row0).shape, cutlass.Float32)
+        r_S = [cute.make_tensor(r_S_row.iterator + c * TMEM_CHUNK, r_chunk.layout) for c in range(num_chunks_S)]
+        scale_log2 = softmax_scale * LOG2_E
+
+        def chunk(t, c, width=TMEM_CHUNK):
+            return cute.make_tensor(t.iterator + c * width, t.layout)
+
+        row_max = -cutlass.Float32.inf
+        row_sum = cutlass.Float32(0.0)
+        for n_block in range(n_blocks):
+            # wait: S_g of tile j is in TMEM (and tile j-1's P_g V done). Pairs with the MMA
+            # warp's tcgen05.commit (its arrive) on s_full[g]: one phase per tile, parity j % 2.
+            cute.arch.mbarrier_wait(s_full + q_tile, n_block % 2)
+            tcgen05_fence_after_thread_sync()
+
+            # Online softmax on this thread's row; the row is whole in one thread, so no shuffles.
+            # S is read from TMEM once: all TILE_N columns of the row into registers with one
+            # tcgen05.ld (32x32b.x128), then the row max, then the exponentials in place.
+            cute.copy(thr_load_row, tS_row, r_S_row)
+            cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld: r_S is valid
+            m_new = row_max
+            for c in cutlass.range_constexpr(num_chunks_S):
+                m_new = cute.arch.fmax(r_S[c].load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0), m_new)
+            # exp(scale * (m_old - m_new)) = 2^((m_old - m_new) * scale_log2); the first tile has
+            # m_old = -inf, so this is 0.
+            rescale = cute.math.exp2((row_max - m_new) * scale_log2, fastmath=True)
+            row_max = m_new
+            # P = exp(scale * (S - m)) = 2^(S * scale_log2 - m * scale_log2): one packed FFMA2 per
+            # pair of scores (the scale folded into the multiply, the max into the addend), then
+            # one ex2.approx.ftz (MUFU.EX2) per score. Summed, and stored (bf16, two per column)
+            # over the first half of this thread's row of S_g, whose values are all in registers.
+            # The row sum is accumulated in pairs too (FADD2), one pair of partial sums per chunk
+            # so that the additions form four short chains rather than one long one.
+            neg_max_scaled = -m_new * scale_log2
+            tile_sum = cutlass.Float32(0.0)
+            for c in cutlass.range_constexpr(num_chunks_S):
+                for i in cutlass.range_constexpr(0, TMEM_CHUNK, 2):
+                    r_S[c][i], r_S[c][i + 1] = cute.arch.fma_packed_f32x2(
+                        (r_S[c][i], r_S[c][i + 1]), (scale_log2, scale_log2), (neg_max_scaled, neg_max_scaled))
+                for i in cutlass.range_constexpr(0, TMEM_CHUNK, 2):
+                    if ex2_is_emulated(c, i, num_chunks_S):
+                        r_S[c][i], r_S[c][i + 1] = ex2_emulated_pair(r_S[c][i], r_S[c][i + 1])
+                    else:
+                        r_S[c][i] = cute.math.exp2(r_S[c][i], fastmath=True)
+                        r_S[c][i + 1] = cute.math.exp2(r_S[c][i + 1], fastmath=True)
+                pair_sum = (r_S[c][0], r_S[c][1])
+                for i in cutlass.range_constexpr(2, TMEM_CHUNK, 2):
+                    pair_sum = cute.arch.add_packed_f32x2(pair_sum, (r_S[c][i], r_S[c][i + 1]))
+                tile_sum += pair_sum[0] + pair_sum[1]
+                r_p.store(r_S[c].load().to(dtype))
+                cute.copy(thr_store_p, r_p_cols, chunk(tP_st, c, TMEM_CHUNK // 2))
+            row_sum = row_sum * rescale + tile_sum
+
+            # O *= rescale in TMEM, one chunk at a time (load, scale, store). On the first tile O
+            # holds nothing yet: the first P V MMA overwrites it instead, so skip the rescale.
+            if n_block > 0:
+                for c in cutlass.range_constexpr(num_chunks_O):
+                    cute.copy(thr_load, chunk(tO_ld, c), r_chunk)
+                    cute.arch.fence_view_async_tmem_load()
+                    r_chunk.store(r_chunk.load() * rescale)
+                    cute.copy(thr_store, r_chunk, chunk(tO_st, c))
+            cute.arch.fence_view_async_tmem_store()      # tcgen05.wait::st: P and O in TMEM
+            # arrive: P_g written, O_g rescaled (p_full[g], this tile's phase; the MMA warp's wait
+            # pairs with it). The tcgen05 fence orders our TMEM stores before the arrive.
+            tcgen05_fence_before_thread_sync()
+            cute.arch.mbarrier_arrive(p_full + q_tile)
+
+        # wait: O is final. Pairs with the MMA warp's tcgen05.commit (its arrive) on o_full after
+        # the last P V MMAs: its only phase, parity 0.
+        cute.arch.mbarrier_wait(o_full, 0)
+        tcgen05_fence_after_thread_sync()
+        # Epilogue: O / rowsum, chunk by chunk from TMEM, to bf16, stored from registers to this
+        # thread's row of global memory.
+        inv_sum = cute.arch.rcp_approx(row_sum)
+        for c in cutlass.range_constexpr(num_chunks_O):
+            cute.copy(thr_load, chunk(tO_ld, c), r_chunk)
+            cute.arch.fence_view_async_tmem_load()
+            r_chunk_bf16.store((r_chunk.load() * inv_sum).to(dtype))
+            cute.autovec_copy(r_chunk_bf16, row_piece(gO_mine, row, c))
+
+    # Free TMEM: every softmax thread's loads are complete (wait::ld above), fenced before the
+    # barrier all 320 threads reach at the end; then the allocating warp deallocates.
+    tcgen05_fence_before_thread_sync()
+    cute.arch.sync_threads()
+    if warp_idx == MMA_WARP:
+        tcgen05_fence_after_thread_sync()
+        cute.arch.dealloc_tmem(tmem_base, TMEM_COLS)
+
+attention = contract.make_attention(INFO, host)
