@@ -126,7 +126,7 @@ def sass_block(step_id: str, against: str | None = None) -> str:
         if any(counts):
             table.append([f"`{name}` ({meaning})", *counts])
     table.append(["registers / thread", *(r.registers for r in reports)])
-    table.append(["spill bytes", *(r.sass.spills for r in reports)])
+    table.append(["spills (LDL/STL instructions + local bytes)", *(r.sass.spills for r in reports)])
     table.append(["threads / CTA", *(r.threads_per_cta for r in reports)])
     table.append(["smem bytes / CTA", *(s.info.smem_bytes for s, _ in columns)])
     if any(s.info.tmem_cols for s, _ in columns):

@@ -56,7 +56,8 @@ THREADS = NUM_WARPS * 32
 KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the MMA warp's tcgen05.commit alone
 # Columns per tcgen05.ld/st of S or O. A register-allocation knob, not part of the algorithm: with
 # the second Q tile's addressing, 16 (b02-b04's) made ptxas hold the kernel to 128 registers and
-# spill; 32 needs ~190 and spills nothing (8 also fits, with twice the TMEM instructions).
+# spill in b05; 32 spills nothing (8 also fits, with twice the TMEM instructions). From b07 on
+# the CTA has 320 threads, which caps every thread at 168 registers.
 TMEM_CHUNK = 32
 
 # TMEM: fp32 S0, S1 (TILE_N columns each), then fp32 O0, O1 (HEAD_DIM columns each): all 512.

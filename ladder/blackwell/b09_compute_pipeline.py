@@ -10,7 +10,7 @@ softmax warpgroups, the load warp and every barrier are b08's.
 Why: in b08, S_0(j+1) is issued after P_1 V(j), which waits for softmax 1's P(j). So softmax 0
 cannot start tile j+1 before softmax 1 has finished tile j: the two warpgroups run their softmax
 at the same time, and the tensor core idles while they do. In b09 the MMA that releases S_0(j+1)
-is P_0 V(j), which waits for softmax 0 alone; softmax 0 then works on S_0(j+1) while the tensor
+is P_0 V(j), which waits for softmax 0 (the other warpgroup only for a tile two behind); softmax 0 then works on S_0(j+1) while the tensor
 core runs P_1 V(j) and S_1(j+1), and softmax 1 works while it runs P_0 V(j+1) and S_0(j+2). The
 softmax of one Q tile overlaps the MMAs of the other, FA4's order (flash_fwd_sm100.py, mma()).
 
@@ -20,12 +20,16 @@ warpgroups issues ~12 instructions per score element (b08's budget table) x 32,7
 lanes / 4 schedulers = ~3,100 issue cycles. b08 serialises them: 2,048 + ~3,100 - 512 (softmax 0
 starts while S_1 runs) = ~4,600 cycles per tile. b09 overlaps them, and the schedulers become the
 bound: ~3,100 cycles, plus the hand-off latencies the overlap does not hide. Expect +35-50% over
-b08. The same lesson on Hopper is h09 (ping-pong), measured on the H200: there the softmax with
+b08. The risk is the one h09 met on the H200 (+3% there): when only one warpgroup is in its
+softmax, each scheduler has one softmax warp, whose dependent instructions issue at a fraction of
+a slot per cycle; the softmax then lasts longer than the other tile's MMAs and the overlap shrinks
+until b10 shortens it. The same lesson on Hopper is h09 (ping-pong), measured on the H200: there the softmax with
 the library exp was longer than the other warpgroup's GEMMs and the turns gained little until
 h10 shortened it; here the MMA warp already overlaps the two tiles without named barriers, and
 b10 shortens the softmax.
 
-Evidence: ``ladder sass b09 --against b08`` (same instruction mix: the change is the order);
+Evidence: ``ladder sass b09 --against b08`` (the same instructions per tile, and the MMA order row;
+the static MMA count doubles because the prologue and tail are peeled out of the loop);
 tests/test_blackwell_steps.py (the PTX issues the MMAs as S0, S1 | O0, S0, O1, S1 per iteration |
 O0, O1, by accumulator); tests/test_barrier_protocol.py (the protocol replays; between the MMA
 warp's wait for P_g and its issue of S_g(j+1) it waits on nothing the other softmax warpgroup
@@ -55,7 +59,8 @@ KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the MMA warp's tcgen0
 NUM_STAGES = 2                     # K/V ring depth: tiles in flight ahead of the MMA warp
 # Columns per tcgen05.ld/st of S or O. A register-allocation knob, not part of the algorithm: with
 # the second Q tile's addressing, 16 (b02-b04's) made ptxas hold the kernel to 128 registers and
-# spill; 32 needs ~190 and spills nothing (8 also fits, with twice the TMEM instructions).
+# spill in b05; 32 spills nothing (8 also fits, with twice the TMEM instructions). From b07 on
+# the CTA has 320 threads, which caps every thread at 168 registers.
 TMEM_CHUNK = 32
 
 # TMEM: fp32 S0, S1 (TILE_N columns each), then fp32 O0, O1 (HEAD_DIM columns each): all 512.
@@ -365,7 +370,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
 
         # Steady state, iteration j: P_0 V(j-1) -> S_0(j) -> P_1 V(j-1) -> S_1(j). Each Q tile's
         # P V of the previous tile is followed at once by its own next S, so S_g(j) waits only for
-        # softmax g (through p_full[g]), never for the other warpgroup: while softmax 0 works on
+        # softmax g (through p_full[g]); the other warpgroup is waited on only for a tile two behind
+        # (its P of tile j-2, before P_1 V(j-2) in the previous iteration). While softmax 0 works on
         # S_0(j) the tensor core runs P_1 V(j-1) and S_1(j), and the other way round.
         for n_block in range(1, n_blocks):
             prev_stage, _ = ring_position(n_block - 1)

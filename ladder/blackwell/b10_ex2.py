@@ -13,8 +13,9 @@ max from them, then the exponentials in place.
 Why: after b09 the schedulers bind: ~12 issue slots per score element (b08/b09's budget table) x
 32,768 scores per K/V tile / (32 lanes x 4 schedulers) = ~3,100 cycles against the tensor core's
 2,048. Scores need, per element: half an FFMA2, one MUFU.EX2, half an F2FP (bf16 pack), half an
-FADD2 and a third of an FMNMX3 for the max, plus the O rescale (half an FMUL2 per O element).
-ex2.approx's relative error (2^-22) is far below the bf16 rounding of P (2^-9).
+FADD2 and half an FMNMX3 (two new scores per three-input max) for the max, plus the O rescale (half an FMUL2 per O element).
+ex2.approx's error (a few fp32 ulps) and the fold's (the rounding of m * scale_log2, an absolute
+error of half an ulp of it in the exponent) are far below the bf16 rounding of P (2^-9), as in FA4.
 
 Expect (arithmetic, per K/V tile and CTA on a B200 SM): issue drops to ~4 slots per score element
 (the SASS budget) = ~1,000 cycles, under the tensor core's 2,048, so the MMAs bind again, with the
@@ -54,7 +55,9 @@ KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the MMA warp's tcgen0
 NUM_STAGES = 2                     # K/V ring depth: tiles in flight ahead of the MMA warp
 # Columns per tcgen05.ld/st of S or O. A register-allocation knob, not part of the algorithm: with
 # the second Q tile's addressing, 16 (b02-b04's) made ptxas hold the kernel to 128 registers and
-# spill; 32 needs ~190 and spills nothing (8 also fits, with twice the TMEM instructions).
+# spill in b05; 32 spills nothing (8 also fits, with twice the TMEM instructions). From b07 on
+# the CTA has 320 threads, which caps every thread at 168 registers. S is loaded whole (one
+# tcgen05.ld of TILE_N columns); O and P still go by TMEM_CHUNK.
 TMEM_CHUNK = 32
 LOG2_E = math.log2(math.e)   # exp(x) = 2^(x * log2(e))
 
@@ -367,7 +370,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
 
         # Steady state, iteration j: P_0 V(j-1) -> S_0(j) -> P_1 V(j-1) -> S_1(j). Each Q tile's
         # P V of the previous tile is followed at once by its own next S, so S_g(j) waits only for
-        # softmax g (through p_full[g]), never for the other warpgroup: while softmax 0 works on
+        # softmax g (through p_full[g]); the other warpgroup is waited on only for a tile two behind
+        # (its P of tile j-2, before P_1 V(j-2) in the previous iteration). While softmax 0 works on
         # S_0(j) the tensor core runs P_1 V(j-1) and S_1(j), and the other way round.
         for n_block in range(1, n_blocks):
             prev_stage, _ = ring_position(n_block - 1)
@@ -432,14 +436,11 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         # O alike. Chunk c is the first chunk's view moved c * TMEM_CHUNK columns along (a TMEM
         # address counts 32-bit columns). The copies are built for the 128 threads of one Q tile
         # (slice `row`); this thread's Q tile picks the columns.
-        S_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
         O_chunk0 = cute.composition(tOtO[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
         load_chunk, store_chunk = make_row_copies(O_chunk0, TMEM_CHUNK)
         thr_load, thr_store = load_chunk.get_slice(row), store_chunk.get_slice(row)
         s_shift = q_tile * (TMEM_S_COL[1] - TMEM_S_COL[0])
         o_shift = q_tile * (TMEM_O_COL[1] - TMEM_O_COL[0])
-        tS_ld = thr_load.partition_S(S_chunk0)
-        tS_ld = cute.make_tensor(tS_ld.iterator + s_shift, tS_ld.layout)
         tO_ld, tO_st = thr_load.partition_S(O_chunk0), thr_store.partition_D(O_chunk0)
         tO_ld = cute.make_tensor(tO_ld.iterator + o_shift, tO_ld.layout)
         tO_st = cute.make_tensor(tO_st.iterator + o_shift, tO_st.layout)

@@ -58,7 +58,9 @@ KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the MMA warp's tcgen0
 NUM_STAGES = 2                     # K/V ring depth: tiles in flight ahead of the MMA warp
 # Columns per tcgen05.ld/st of S or O. A register-allocation knob, not part of the algorithm: with
 # the second Q tile's addressing, 16 (b02-b04's) made ptxas hold the kernel to 128 registers and
-# spill; 32 needs ~190 and spills nothing (8 also fits, with twice the TMEM instructions).
+# spill in b05; 32 spills nothing (8 also fits, with twice the TMEM instructions). From b07 on
+# the CTA has 320 threads, which caps every thread at 168 registers. S is loaded whole (one
+# tcgen05.ld of TILE_N columns); O and P still go by TMEM_CHUNK.
 TMEM_CHUNK = 32
 LOG2_E = math.log2(math.e)   # exp(x) = 2^(x * log2(e))
 
@@ -75,19 +77,21 @@ P_COLS = TILE_N * 16 // 32
 
 # Exponentials on the FMA pipe (FA4's utils.ex2_emulation_2, degree 3): 2^x = 2^floor(x) * 2^frac(x),
 # floor(x) written into the exponent bits, 2^frac by a polynomial fitted on [0, 1) (FA4's POLY_EX2[3],
-# a relative minimax fit). Valid for x <= 0 (softmax arguments are s*scale_log2 - max_scaled <= 0).
+# a relative minimax fit). Valid for x < 128; softmax arguments s*scale_log2 - max_scaled are <= 0 up
+# to the rounding of the fold.
 EX2_POLY = (1.0, 0.695146143436431884765625, 0.227564394474029541015625, 0.077119089663028717041015625)
-EX2_CLAMP = -127.0                         # below it 2^x is not a normal float; the result flushes towards 0
+EX2_CLAMP = -127.0                         # below it every x gives 2^-127's value: < 2^-126, nothing next to a row sum >= 1
 ROUND_DOWN_MAGIC = float(2**23 + 2**22)    # x + 1.5*2^23 rounded down keeps floor(x) in the low mantissa bits
 # Which exponentials: FA4's 1-CTA default for head dim 128 (ex2_emu_freq 16, ex2_emu_res 4,
-# ex2_emu_start_frg 1). In each EMU_FRAGMENT of a row (a TMEM_CHUNK), the last EMU_SPAN of every
-# EMU_PERIOD elements, in every fragment but the first and the last: 2 fragments x 2 periods x 4 =
+# ex2_emu_start_frg 1; its 2-CTA kernel, which FA4 picks for this shape, emulates 18.75%). In each
+# EMU_FRAGMENT of a row (a TMEM_CHUNK), the last EMU_SPAN of every EMU_PERIOD elements, in every fragment but the first and the last: 2 fragments x 2 periods x 4 =
 # 16 of 128 elements, 12.5%. FA4 keeps the first and the last fragment of a row on the MUFU; so
 # does this kernel.
 EMU_FRAGMENT = 32
 EMU_PERIOD = 16
 EMU_SPAN = 4
 EMU_FIRST_FRAGMENT = 1
+assert EMU_FRAGMENT == TMEM_CHUNK      # the softmax applies ex2_is_emulated chunk by chunk
 
 EX2_EMULATED_PER_TILE = ((TILE_N // EMU_FRAGMENT - 1 - EMU_FIRST_FRAGMENT) * (EMU_FRAGMENT // EMU_PERIOD)
                          * EMU_SPAN)        # per thread (= row) and K/V tile: 16 of 128
@@ -195,7 +199,8 @@ def _asm_f32(asm: str, *args, loc=None, ip=None):
 
 def _exponent_add(floor_bits, mantissa):
     """floor(x) (the low bits of ``floor_bits``) shifted into the exponent field and added to the
-    bits of 2^frac: an integer shift and add, on the ALU, not the FMA pipe."""
+    bits of 2^frac: an integer shift and add (an LEA on the ALU; ptxas may pick an IMAD, on the FMA
+    pipe, for some of them)."""
     return _asm_f32("{ .reg .s32 e, m; mov.b32 e, $1; mov.b32 m, $2; shl.b32 e, e, 23; "
                     "add.s32 m, m, e; mov.b32 $0, m; }", floor_bits, mantissa)
 
@@ -209,7 +214,7 @@ def ex2_emulated_pair(x, y, packed=True):
     magic = (ROUND_DOWN_MAGIC, ROUND_DOWN_MAGIC)
     if packed:
         # add.rm: rounding down makes the low bits floor(x), so the fraction lies in [0, 1] (1 only
-        # when x is a hair below an integer; 2^1 is still within the fit).
+        # for -2^-25 < x < 0, where x - floor(x) rounds up; 2^1 is still within the fit).
         floor_bits = cute.arch.add_packed_f32x2(xy, magic, rnd="rm")
         floor_xy = cute.arch.sub_packed_f32x2(floor_bits, magic)       # exact: round to nearest
         frac = cute.arch.sub_packed_f32x2(xy, floor_xy)
@@ -440,7 +445,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
 
         # Steady state, iteration j: P_0 V(j-1) -> S_0(j) -> P_1 V(j-1) -> S_1(j). Each Q tile's
         # P V of the previous tile is followed at once by its own next S, so S_g(j) waits only for
-        # softmax g (through p_full[g]), never for the other warpgroup: while softmax 0 works on
+        # softmax g (through p_full[g]); the other warpgroup is waited on only for a tile two behind
+        # (its P of tile j-2, before P_1 V(j-2) in the previous iteration). While softmax 0 works on
         # S_0(j) the tensor core runs P_1 V(j-1) and S_1(j), and the other way round.
         for n_block in range(1, n_blocks):
             prev_stage, _ = ring_position(n_block - 1)
@@ -505,14 +511,11 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         # O alike. Chunk c is the first chunk's view moved c * TMEM_CHUNK columns along (a TMEM
         # address counts 32-bit columns). The copies are built for the 128 threads of one Q tile
         # (slice `row`); this thread's Q tile picks the columns.
-        S_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
         O_chunk0 = cute.composition(tOtO[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
         load_chunk, store_chunk = make_row_copies(O_chunk0, TMEM_CHUNK)
         thr_load, thr_store = load_chunk.get_slice(row), store_chunk.get_slice(row)
         s_shift = q_tile * (TMEM_S_COL[1] - TMEM_S_COL[0])
         o_shift = q_tile * (TMEM_O_COL[1] - TMEM_O_COL[0])
-        tS_ld = thr_load.partition_S(S_chunk0)
-        tS_ld = cute.make_tensor(tS_ld.iterator + s_shift, tS_ld.layout)
         tO_ld, tO_st = thr_load.partition_S(O_chunk0), thr_store.partition_D(O_chunk0)
         tO_ld = cute.make_tensor(tO_ld.iterator + o_shift, tO_ld.layout)
         tO_st = cute.make_tensor(tO_st.iterator + o_shift, tO_st.layout)
