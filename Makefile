@@ -24,6 +24,9 @@ TORCH_CPU ?= torch==2.13.0
 
 install: $(NEEDS)
 
+# The CPU install takes the `model` extra: the bound model compiles stock FA4's kernels on the CPU
+# (flash-attn-4, and triton, which FA4's quack imports and the CPU torch lacks). The GPU install
+# gets FA4 from `gpu` and triton from its CUDA torch.
 $(STAMP): pyproject.toml
 	@if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then \
 	  echo "CUDA torch found: the venv uses it"; \
@@ -33,7 +36,7 @@ $(STAMP): pyproject.toml
 	  echo "no CUDA torch: CPU install ($(TORCH_CPU))"; \
 	  python3 -m venv $(VENV) && \
 	  $(PY) -m pip install -q "$(TORCH_CPU)" && \
-	  $(PY) -m pip install -q -e ".[sass,test,plot]"; \
+	  $(PY) -m pip install -q -e ".[model,sass,test,plot]"; \
 	fi
 	@touch $(STAMP)
 

@@ -561,6 +561,37 @@ def cmd_accuracy(args) -> int:
     return 0 if ok else 1
 
 
+def cmd_bound(args) -> int:
+    from harness import bound
+    step = resolve(args.step)
+    gpu_key = args.gpu or ("b200" if step.track == "blackwell" else "h200")
+    with console.status(f"compiling {step.id} (no GPU needed)..."):
+        b = bound.bound(step, gpu_key)
+        ref = bound.fa4_bound(gpu_key)
+    table = Table(title=f"{step.id} on {units_name(gpu_key)} (model): cycles per CTA and K/V tile")
+    table.add_column("unit / term")
+    table.add_column(step.id, justify="right")
+    table.add_column("FA4", justify="right")
+    for unit in b.units:
+        table.add_row(unit, f"{b.units[unit]:,.0f}", f"{ref.units.get(unit, 0):,.0f}")
+    for name, cyc in b.chain_terms.items():
+        table.add_row(f"chain: {name}", f"{cyc:,.0f}", "")
+    table.add_row("one CTA's chain", f"{b.chain:,.0f}", f"{ref.chain:,.0f}")
+    table.add_row("CTAs per SM", str(b.ctas_per_sm), str(ref.ctas_per_sm))
+    table.add_row("time per CTA and tile", f"{b.cycles:,.0f}", f"{ref.cycles:,.0f}")
+    table.add_row("FLOP per cycle per SM", f"{b.flop_per_cycle:,.0f}", f"{ref.flop_per_cycle:,.0f}")
+    console.print(table)
+    console.print(f"structure: {b.structure} (INFO.extra['bound']); binds: {b.binding}; FA4 ({ref.structure}) "
+                  f"binds: {ref.binding}")
+    console.print(f"predicted fraction of FA4 (model, not a measurement): {bound.fraction_of(b, ref):.2f}")
+    return 0
+
+
+def units_name(gpu_key: str) -> str:
+    from harness import units
+    return units.gpu(gpu_key).name
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ladder", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -617,6 +648,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=ACCURACY_TIMEOUT, help="seconds")
     s.add_argument("--record", metavar="FILE", help="store the numbers (with provenance) in this results file")
     s.set_defaults(fn=cmd_accuracy)
+    s = sub.add_parser("bound", help="what bounds a step: cycles per K/V tile of each SM unit, from its SASS, "
+                                     "combined by its overlap structure; predicted fraction of FA4 (any machine)")
+    s.add_argument("step")
+    s.add_argument("--gpu", choices=("h200", "b200"), help="default: the step's own architecture's GPU")
+    s.set_defaults(fn=cmd_bound)
     s = sub.add_parser("explain", help="render a step's writeup in the terminal")
     s.add_argument("step")
     s.set_defaults(fn=cmd_explain)

@@ -144,11 +144,32 @@ def table_block(track: str) -> str:
     """The ladder table of ``track``, one per GPU that has a results file for it (found, not
     named: an H100's or a B200's file shows up the day it is recorded)."""
     files = _files_for(track)
+    model = _model_cells(track)
     if not files:
         missing = NOT_RUN_B200 if track == "blackwell" else "not yet measured"
-        table = [[_step_link(s), _change(s), missing, "", "", "", ""] for s in track_steps(track)]
-        return markdown_table(table, LADDER_HEADERS) + "\n"
-    return "\n".join(_gpu_table(track, data) for data in files.values())
+        table = [[_step_link(s), _change(s), missing, "", "", "", "", *model.get(s.id, [])] for s in track_steps(track)]
+        return markdown_table(table, LADDER_HEADERS + (MODEL_HEADER if model else [])) + "\n" + _model_note(model)
+    return "\n".join(_gpu_table(track, data, model) for data in files.values()) + _model_note(model)
+
+
+MODEL_HEADER = ["model: predicted fraction of FA4 (binds)"]
+
+
+def _model_cells(track: str) -> dict:
+    """The Blackwell table's model column (harness/bound_report.py): step id -> [cell]."""
+    if track != "blackwell":
+        return {}
+    from harness import bound_report
+    return {sid: [cell] for sid, cell in bound_report.blackwell_cells().items()}
+
+
+def _model_note(model: dict) -> str:
+    if not model:
+        return ""
+    return ("\nThe model column is a prediction, not a measurement: the bound model (`ladder bound bNN`, "
+            "harness/bound.py) from each step's own SASS, B200 unit rates and its declared overlap structure, "
+            "against FA4's sm_100a kernel compiled here through the same model; checked against every measured "
+            "Hopper step in writeups/00-algorithm.md.\n")
 
 
 LADDER_HEADERS = ["step", "change", "4k", "8k", "16k", "h-mean", "vs prev"]
@@ -162,8 +183,9 @@ def _change(step) -> str:
     return step.info.change + (" *(enabler)*" if step.info.enabler else "")
 
 
-def _gpu_table(track: str, data: dict) -> str:
+def _gpu_table(track: str, data: dict, model: dict | None = None) -> str:
     table, prev, measured = [], None, []
+    model = model or {}
     for step in track_steps(track):
         row = data["rows"].get(step.id)
         if row and results.is_stale(step, row):
@@ -178,7 +200,8 @@ def _gpu_table(track: str, data: dict) -> str:
         else:
             table.append([_step_link(step), _change(step), "not yet measured", "", "", "", ""])
             prev = None
-    text = markdown_table(table, LADDER_HEADERS) + "\n"
+        table[-1] += model.get(step.id, [])
+    text = markdown_table(table, LADDER_HEADERS + (MODEL_HEADER if model else [])) + "\n"
     if measured:
         fa4 = {}
         for r in measured:
@@ -588,6 +611,18 @@ def accuracy_block(step_id: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def bound_block(track: str) -> str:
+    """``bound hopper``: the bound model against every measured Hopper step (harness/bound_report.py)."""
+    from harness import bound_report
+    if track != "hopper":
+        raise ValueError(f"bound block: only `bound hopper` (the check against measurements); the Blackwell "
+                         f"predictions are a column of `table blackwell`, not {track!r}")
+    rows, summary = bound_report.hopper_check()
+    if not rows:
+        return "No Hopper step measured yet: nothing to check the model against.\n"
+    return markdown_table(rows, bound_report.HOPPER_HEADERS) + "\n\n" + bound_report.hopper_note(summary)
+
+
 def render(spec: str) -> str:
     """One generated block from its spec: the kind, then its arguments (``sass b03 b02``)."""
     kind, *args = spec.split()
@@ -595,7 +630,7 @@ def render(spec: str) -> str:
               "profile": profile_block, "profiles": profiles_block, "compare": compare_block,
               "experiments": experiments_block, "checks": checks_block, "stock": stock_block, "smem": smem_block,
               "stores": stores_block, "banks": banks_block, "tmem": tmem_block,
-              "code": code_block, "budget": budget_block, "accuracy": accuracy_block}
+              "code": code_block, "budget": budget_block, "accuracy": accuracy_block, "bound": bound_block}
     if kind not in blocks:
         raise ValueError(f"unknown generated block kind {kind!r}")
     return blocks[kind](*args)
@@ -615,10 +650,14 @@ def documents() -> list[Path]:
 _VOLATILE_ROW = re.compile(r"^\|\s*(registers / thread|other|\*\*total\*\*[^|]*|of which in conditional blocks|"
                            r"largest 'other' opcodes|main loop \(instructions\))\s*\|.*$"
                            r"|^\w+ \(compiled, not yet run on a B200\): issue .*$", re.M)
+# The bound model's numbers (harness/bound_report.py) rest on issue counts, which move with the
+# registers for the reason above: a model number, its binding unit and the check's summary are not
+# compared either.
+_VOLATILE_MODEL = re.compile(r"\d+\.\d+ \(model[^|\n]*|binds on: [^.]*|^\| \w+ +\| [0-9.]+ +\| .*\(model\).*$", re.M)
 
 
 def _settled(text: str) -> str:
-    return _VOLATILE_ROW.sub("(as compiled)", text)
+    return _VOLATILE_MODEL.sub("(model)", _VOLATILE_ROW.sub("(as compiled)", text))
 
 
 def refresh(path: Path, write: bool = True) -> bool:

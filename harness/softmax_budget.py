@@ -319,7 +319,6 @@ def budget_from_sass(text: str, elements: int, rows: int = 1, emulated: int = 0)
         return out
     counted = count_loop(loop, labels, inner)
     by_class = counted["by_class"]
-    total = counted["instructions"]
     ex2 = by_class["MUFU.EX2"]
     on_mufu = elements - emulated
     if not on_mufu <= ex2 <= on_mufu + rows:
@@ -327,9 +326,16 @@ def budget_from_sass(text: str, elements: int, rows: int = 1, emulated: int = 0)
                      f"{rows} (the per-row rescale): it may hold more or less than one K/V tile")
     if ex2_total - ex2 > rows:
         notes.append(f"{ex2_total - ex2} MUFU.EX2 lie outside the chosen loop (a peeled copy of the tile body?)")
-    out.update(
+    out.update(loop_fields(loop, counted, elements, ex2_total - ex2))
+    return out
+
+
+def loop_fields(loop: Loop, counted: dict, elements: int, ex2_outside: int) -> dict:
+    """The budget's keys for one chosen loop (``count_loop``'s result) over E = ``elements``."""
+    by_class, total = counted["by_class"], counted["instructions"]
+    return dict(
         loop={"section": loop.section, "label": loop.label, "start": f"{loop.start:#x}", "end": f"{loop.end:#x}",
-              "instructions": total, "ex2_outside": ex2_total - ex2,
+              "instructions": total, "ex2_outside": ex2_outside,
               "out_of_line_instructions": len(loop.out_of_line),
               "conditional_blocks": counted["conditional_blocks"], "inner_loops": counted["inner_loops"]},
         counts=dict(by_class), total=total,
@@ -340,7 +346,6 @@ def budget_from_sass(text: str, elements: int, rows: int = 1, emulated: int = 0)
         opcodes=counted["opcodes"],
         other_opcodes=Counter({op: n for op, n in counted["opcodes"].items() if classify(op) == OTHER}),
     )
-    return out
 
 
 def budget(step, arch: str) -> dict:

@@ -94,19 +94,39 @@ class Step:
 
 
 def code_sha256(source: str) -> str:
-    """sha256 of a Python source's syntax tree without docstrings (see Step.code_sha256).
+    """sha256 of a Python source's syntax tree without docstrings and without the model facts
+    of its StepInfo (``extra`` keys in MODEL_KEYS; see Step.code_sha256).
 
     The tree is written out by ``_canonical`` rather than ``ast.dump``: Python 3.12 added fields
     (``type_params``) that ``ast.dump`` prints even when empty, so the same file hashed differently
     on this machine (3.11) and on the GPU machine (3.12)."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
+        _drop_model_facts(node)
         body = getattr(node, "body", None)
         if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
                 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                 and isinstance(body[0].value.value, str)):
             node.body = body[1:] or [ast.Pass()]
     return hashlib.sha256(_canonical(tree).encode()).hexdigest()
+
+
+# Keys of a StepInfo's ``extra`` that describe the kernel to a model and are not read by the code
+# that runs it: editing them does not make a recorded measurement stale.
+MODEL_KEYS = ("bound",)
+
+
+def _drop_model_facts(node) -> None:
+    """In ``extra={...}`` of a call (StepInfo's), drop the MODEL_KEYS entries."""
+    if not isinstance(node, ast.Call):
+        return
+    for kw in list(node.keywords):
+        if kw.arg == "extra" and isinstance(kw.value, ast.Dict):
+            pairs = [(k, v) for k, v in zip(kw.value.keys, kw.value.values, strict=True)
+                     if not (isinstance(k, ast.Constant) and k.value in MODEL_KEYS)]
+            kw.value.keys, kw.value.values = [k for k, _ in pairs], [v for _, v in pairs]
+            if not pairs and len(kw.value.keys) == 0:
+                node.keywords.remove(kw)      # an extra that held only model facts: as if absent
 
 
 @cache

@@ -70,7 +70,8 @@ INFO = contract.StepInfo(
     sass_present=("UTCHMMA", "UTCBAR", "LDTM", "STTM", "UTMALDG", "MUFU.EX2"),
     sass_absent=("HMMA", "HGMMA", "LDSM", "LDG", "LDGSTS"),
     tmem_cols=TMEM_COLS,
-    extra={"tmem_map": {"S": (TMEM_S_COL, TILE_N), "O": (TMEM_O_COL, HEAD_DIM)}},
+    extra={"bound": {"overlap": "serial", "loads": "exposed"},
+           "tmem_map": {"S": (TMEM_S_COL, TILE_N), "O": (TMEM_O_COL, HEAD_DIM)}},
 )
 
 

@@ -59,6 +59,9 @@ INFO = contract.StepInfo(
     predecessor="h04",
     sass_present=("HGMMA", "UTMALDG", "SYNCS", "MUFU.EX2"),
     sass_absent=("HMMA", "LDSM", "LDG", "LDGSTS"),
+    # For the bound model (harness/bound.py): how this kernel's roles overlap, and whether a tile's
+    # loads are waited for. A fact about the kernel, not read by it (not part of its code hash).
+    extra={"bound": {"overlap": "lockstep", "loads": "exposed"}}
 )
 
 

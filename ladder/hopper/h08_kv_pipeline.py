@@ -62,7 +62,8 @@ INFO = contract.StepInfo(
     predecessor="h07",
     sass_present=("HGMMA", "HGMMA.RS", "UTMALDG", "SYNCS", "MUFU.EX2", "USETMAXREG"),
     sass_absent=("HMMA", "LDSM", "LDG", "LDGSTS", "STS"),
-    extra={"kv_stages": NUM_STAGES},
+    extra={"bound": {"overlap": "lockstep", "loads": "hidden"},
+           "kv_stages": NUM_STAGES},
 )
 
 

@@ -74,7 +74,8 @@ INFO = contract.StepInfo(
     predecessor="h09",
     sass_present=("HGMMA", "HGMMA.RS", "UTMALDG", "SYNCS", "MUFU.EX2", "USETMAXREG", "BAR.ARV"),
     sass_absent=("HMMA", "LDSM", "LDG", "LDGSTS", "STS"),
-    extra={"kv_stages": NUM_STAGES, "pingpong_barriers": (PINGPONG_BARRIER, PINGPONG_BARRIER + 1)},
+    extra={"bound": {"overlap": "pingpong", "loads": "hidden"},
+           "kv_stages": NUM_STAGES, "pingpong_barriers": (PINGPONG_BARRIER, PINGPONG_BARRIER + 1)},
 )
 
 

@@ -1,0 +1,560 @@
+"""Stock FlashAttention-4's forward kernel, compiled on a machine with no GPU, and its softmax budget.
+
+The per-unit performance model needs FA4's SASS (its softmax loop's instructions per score element,
+``MUFU.EX2`` count, registers, threads, tiles, shared memory, 2-CTA or not) for the ladder's
+workload: bf16, head dim 128, non-causal, (batch, seqlen, heads, dim) = (4, 4096, 16, 128).
+
+How it is built. ``flash_attn.cute.interface._flash_attn_fwd`` picks a configuration, builds a
+``FlashAttentionForwardSm90`` / ``FlashAttentionForwardSm100`` object and passes it to
+``cute.compile`` with the tensors. This module builds the same object with the same arguments
+(:func:`_kernel`, each choice with the interface's reason) and compiles it with symbolic fake
+tensors (every extent and stride dynamic but the head dim's, 16-byte aligned, as the interface's
+``to_cute_tensor`` marks them) for ``--gpu-arch sm_90a`` / ``sm_100a``. Then it checks the choice
+against the interface itself: ``flash_attn_func`` is called on fake CUDA tensors (torch's
+``FakeTensorMode``, no GPU) with ``cute.compile`` intercepted, and the object it would have compiled
+must equal ours attribute by attribute (``meta["interface_check"]``); a disagreement is an error.
+Compiling the intercepted object instead gives SASS identical to ours (checked by hand once, FA4
+4.0.0b36: same instructions, names aside).
+
+It all runs in a child process (``python -m harness.fa4_sass build ARCH DIR``): importing
+flash_attn imports quack, which patches CuTe's tensor classes process-wide; the build sets the
+DSL's target arch and replaces ``cutlass.utils.HardwareInfo`` (FA4's persistent scheduler asks the
+device for its SM count while tracing: B200's 148, H100/H200's 132 are given; they only size the
+grid); none of that may leak into a process that compiles ladder steps. The child's environment
+drops every ``CUTE_DSL_*``, ``FA_*`` and ``FLASH_ATTENTION_*`` variable of the parent (FA_CLC,
+FA_DISABLE_2CTA, a system ptxas, ...): the build is FA4's default path.
+
+Cache: build/fa4/<arch>-<fingerprint>/ (kernel.cubin, kernel.ptx, meta.json), published with one
+rename; the fingerprint hashes the versions of flash-attn-4, nvidia-cutlass-dsl and quack-kernels
+and this file's text. Memoized per process.
+
+Configurations chosen (FA4 4.0.0b36, this workload; ``Fa4Build.notes`` lists them):
+
+* sm_90a: 128 x 128 tiles, 2 K/V stages, 384 threads (a producer warpgroup and two consumer
+  warpgroups of 64 query rows each), P @ V with P from registers (RS), intra-warpgroup overlap,
+  not persistent, 1 CTA per cluster.
+* sm_100a: 128 x 128 tiles, two Q tiles per CTA (``q_stage`` 2: 256 query rows per CTA),
+  2-CTA tcgen05 MMAs (cluster of 2), static persistent scheduler, 512 threads (softmax warps 0-7,
+  one warpgroup per Q tile; correction 8-11; MMA 12; epilogue 13; load 14; one idle), no S
+  ping-pong (it needs one Q tile), exp2 emulated on the FMA pipe for part of each tile
+  (``ex2_emu_freq`` 10 with 2-CTA, FA4's tuning table).
+  2-CTA is FA4's choice only where torch's CUDA is not 12.x: ``FA_DISABLE_2CTA`` is on by default
+  under a CUDA-12 torch (a ptxas regression, FA4 says). The CPU torch (no CUDA) and the device
+  machines' CUDA-13 torch both give 2-CTA, so it is what is built here; ``two_cta=False`` builds
+  the 1-CTA kernel (``ex2_emu_freq`` 16) for comparison.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import sass as sass_mod
+from harness import softmax_budget as sb
+from harness.paths import BUILD, ROOT
+
+FA4_PIN = "flash-attn-4==4.0.0b36"
+INSTALL_HINT = (f"pip install {FA4_PIN} (on a CPU machine also triton, which quack imports: "
+                "pip install -e '.[model]' installs both)")
+FA4_DIR = BUILD / "fa4"
+ARCHS = ("sm_90a", "sm_100a")
+# The ladder's workload (shapes only matter symbolically: the kernel is compiled for any extents).
+WORKLOAD = {"batch": 4, "seqlen": 4096, "heads": 16, "head_dim": 128, "dtype": "bfloat16", "causal": False}
+SM_COUNT = {"sm_90a": 132, "sm_100a": 148}   # H100/H200 SXM, B200: what FA4 is told (grid size only)
+EX2_EMU_RES = 4          # apply_exp2_convert's default ex2_emu_res (FA4 does not pass one)
+EX2_FRAGMENT = 32        # apply_exp2_convert's frg_tile
+_ENV_DROP = re.compile(r"^(CUTE_DSL_|FA_|FLASH_ATTENTION_)")
+
+
+class Fa4Missing(RuntimeError):
+    pass
+
+
+@dataclass
+class Fa4Build:
+    arch: str
+    sass: sass_mod.Sass
+    compile_seconds: float         # cute.compile alone, in the child that built it (cached: as recorded)
+    threads_per_cta: int           # from the PTX .reqntid
+    tile_m: int                    # query rows per CTA, all its Q tiles together (softmax_budget's tile_m)
+    tile_n: int                    # key/value rows per K/V tile
+    head_dim: int
+    two_cta: bool                  # tcgen05 MMAs over a cluster of 2 CTAs (UTCHMMA.2CTA)
+    smem_bytes: int | None         # dynamic shared memory per CTA: the kernel's SharedStorage struct
+    notes: list[str]               # the configuration choices, each with its reason
+    m_block_size: int = 0          # query rows per Q tile (FA4's tile_m / m_block_size)
+    q_stage: int = 1               # Q tiles per CTA (sm_100: 2, one per softmax warpgroup)
+    num_stages: int = 0            # K/V pipeline stages
+    cluster_size: int = 1
+    softmax_threads: int = 0       # threads that run the softmax
+    rows_per_thread: int = 1       # query rows a softmax thread owns
+    ex2_emulated_per_tile: int = 0 # exponentials per softmax thread per K/V tile on the FMA pipe
+    setmaxnreg: dict = field(default_factory=dict)   # role -> registers after setmaxnreg (kernel object)
+    config: dict = field(default_factory=dict)       # the kernel object's configuration attributes
+    child_seconds: float = 0.0     # the whole child process: imports, interface check, compile
+    directory: Path | None = None
+    cached: bool = False
+
+    @property
+    def registers(self) -> int:
+        """Registers per thread at launch (cuobjdump REG); warps then move to ``setmaxnreg``."""
+        return self.sass.registers
+
+    @property
+    def elements_per_thread(self) -> int:
+        """Score elements one softmax thread handles per K/V tile."""
+        return self.tile_m * self.tile_n // self.softmax_threads
+
+
+# ----------------------------------------------------------------------------------------------
+# Parent side: versions, cache, child process.
+# ----------------------------------------------------------------------------------------------
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def versions() -> dict:
+    """The versions a build depends on; raises :class:`Fa4Missing` without FA4 (or triton)."""
+    from importlib.util import find_spec
+    fa4 = _version("flash-attn-4")
+    if fa4 is None or find_spec("flash_attn") is None:
+        raise Fa4Missing(f"FlashAttention-4 is not installed: {INSTALL_HINT}")
+    if find_spec("triton") is None:
+        raise Fa4Missing(f"flash_attn.cute imports quack, which imports triton, not installed: {INSTALL_HINT}")
+    return {"flash-attn-4": fa4, "nvidia-cutlass-dsl": _version("nvidia-cutlass-dsl"),
+            "quack-kernels": _version("quack-kernels")}
+
+
+def fingerprint() -> str:
+    recipe = Path(__file__).read_bytes()
+    data = json.dumps(versions(), sort_keys=True).encode() + b"\0" + recipe
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def build_dir(arch: str, two_cta: bool | None = None) -> Path:
+    variant = "" if two_cta is None else ("-2cta" if two_cta else "-1cta")
+    return FA4_DIR / f"{arch}{variant}-{fingerprint()}"
+
+
+_memo: dict[tuple, Fa4Build] = {}
+
+
+def compile_fa4(arch: str, *, two_cta: bool | None = None, timeout: float = 600) -> Fa4Build:
+    """FA4's forward kernel for the ladder's workload on ``arch`` (``sm_90a`` or ``sm_100a``), as
+    ``flash_attn_func`` would compile it; ``two_cta`` (sm_100a only) forces the 2-CTA choice
+    (None: FA4's own). No GPU needed."""
+    if arch not in ARCHS:
+        raise ValueError(f"FA4 builds here for {', '.join(ARCHS)}, not {arch}")
+    if two_cta is not None and arch != "sm_100a":
+        raise ValueError("two_cta is a choice on sm_100a only")
+    final = build_dir(arch, two_cta)
+    key = (str(final),)
+    if key in _memo:
+        return _memo[key]
+    cached = (final / "meta.json").is_file()
+    if not cached:
+        FA4_DIR.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=FA4_DIR))
+        try:
+            _run_child(arch, two_cta, work, timeout)
+            _publish(work, final)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    build = _load(final, cached)
+    _memo[key] = build
+    return build
+
+
+def _child_env(arch: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not _ENV_DROP.match(k)}
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               CUTE_DSL_ARCH=arch, FLASH_ATTENTION_ARCH=arch, FLASH_ATTENTION_NUM_SMS=str(SM_COUNT[arch]),
+               FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED="0", PYTHONWARNINGS="ignore")
+    return env
+
+
+def _run_child(arch: str, two_cta: bool | None, work: Path, timeout: float) -> None:
+    cmd = [sys.executable, "-m", "harness.fa4_sass", "build", arch, str(work)]
+    if two_cta is not None:
+        cmd.append("--two-cta" if two_cta else "--one-cta")
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=_child_env(arch), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    meta_path = work / "meta.json"
+    if proc.returncode != 0 or not meta_path.is_file():
+        tail = (proc.stdout + proc.stderr)[-4000:]
+        raise RuntimeError(f"FA4 build for {arch} failed (exit {proc.returncode}):\n{tail}")
+    meta = json.loads(meta_path.read_text())
+    meta["child_seconds"] = time.perf_counter() - start    # imports, interface check and compile
+    meta_path.write_text(json.dumps(meta, indent=1, default=str))
+
+
+def _publish(work: Path, final: Path) -> None:
+    """One rename: a directory under the final name is always whole. If another process published
+    the same build first, its directory stays and this one is dropped."""
+    try:
+        os.rename(work, final)
+    except OSError:
+        if not (final / "meta.json").is_file():
+            raise
+
+
+def _load(folder: Path, cached: bool) -> Fa4Build:
+    meta = json.loads((folder / "meta.json").read_text())
+    if meta["interface_check"] not in ("agrees", "forced"):
+        raise RuntimeError(f"FA4 build in {folder}: {meta['interface_check']}")
+    from harness.compile import threads_per_cta
+    ptx = (folder / "kernel.ptx").read_text()
+    fields = {k: meta[k] for k in ("arch", "compile_seconds", "tile_m", "tile_n", "head_dim", "two_cta",
+                                   "smem_bytes", "notes", "m_block_size", "q_stage", "num_stages",
+                                   "cluster_size", "softmax_threads", "rows_per_thread",
+                                   "ex2_emulated_per_tile", "setmaxnreg", "config", "child_seconds")}
+    return Fa4Build(sass=sass_mod.read_cubin(folder / "kernel.cubin"), threads_per_cta=threads_per_cta(ptx),
+                    directory=folder, cached=cached, **fields)
+
+
+# ----------------------------------------------------------------------------------------------
+# The softmax budget of FA4's SASS.
+# ----------------------------------------------------------------------------------------------
+
+def ex2_emulated(elements: int, freq: int, start_frg: int, res: int = EX2_EMU_RES,
+                 frg_tile: int = EX2_FRAGMENT) -> int:
+    """Exponentials per row of ``elements`` that FA4's ``SoftmaxSm100.apply_exp2_convert`` computes
+    with ``ex2_emulation_2`` (FMA pipe) instead of ``MUFU.EX2``: its loop, counted. Pairs (k, k+1)
+    of each 32-element fragment j are emulated unless ``k % freq < freq - res``, j is the last
+    fragment or ``j < start_frg``."""
+    if freq == 0:
+        return 0
+    fragments = elements // frg_tile
+    return sum(2 for j in range(fragments) for k in range(0, frg_tile, 2)
+               if not (k % freq < freq - res or j >= fragments - 1 or j < start_frg))
+
+
+def _ex2(loop: sb.Loop) -> int:
+    return sum(sb.classify(i.opcode) == "MUFU.EX2" for i in loop.inline)
+
+
+def softmax_loop(text: str, elements: int, rows: int, emulated: int = 0):
+    """FA4's softmax (K/V tile) loop: the innermost loop holding one ``MUFU.EX2`` per element not
+    emulated plus at most one per row (the rescale). ``softmax_budget.main_loop`` takes the loop
+    holding the *most* ``MUFU.EX2``, which on sm_100 is FA4's persistent work-tile loop (it holds
+    the K/V loop and the peeled first K/V tile). Returns (loop, loops nested in it, notes)."""
+    instrs, labels = sb.parse(text)
+    loops = sb.find_loops(instrs, labels)
+    on_mufu = elements - emulated
+    fits = [lp for lp in loops if on_mufu <= _ex2(lp) <= on_mufu + rows]
+    notes = []
+    if not fits:
+        counts = sorted({_ex2(lp) for lp in loops if _ex2(lp)})
+        return None, [], [f"no loop holds {on_mufu}..{on_mufu + rows} MUFU.EX2 (loops hold {counts})"]
+    chosen = min(fits, key=lambda lp: len(lp.inline))
+
+    def nested(a, b):
+        return a.section == b.section and (a.blocks <= b.blocks or b.blocks <= a.blocks)
+
+    rivals = [lp for lp in fits if not nested(lp, chosen)]
+    if rivals:
+        notes.append(f"{len(rivals)} other loop(s) not nested with {chosen.label} hold {on_mufu}..{on_mufu + rows} "
+                     "MUFU.EX2")
+    if any(sb.classify(i.opcode) == "MUFU.EX2" for i in chosen.out_of_line):
+        notes.append(f"loop {chosen.label} has MUFU.EX2 outside its address range")
+    inner = [lp for lp in loops if lp is not chosen and lp.section == chosen.section
+             and lp.blocks < chosen.blocks and chosen.start <= lp.start <= chosen.end]
+    return chosen, inner, notes
+
+
+def budget_of_sass(text: str, elements: int, rows: int = 1, emulated: int = 0) -> dict:
+    """``softmax_budget.budget_from_sass``'s dict for FA4's SASS, with the loop chosen by
+    :func:`softmax_loop`. FA4 peels the first K/V tile of each work tile (its softmax has no
+    rescale), so ``elements - emulated`` MUFU.EX2 (give or take ``rows``) outside the loop are
+    expected, not a sign of a wrong loop; so are none (at most ``rows``)."""
+    instrs, labels = sb.parse(text)
+    loop, inner, notes = softmax_loop(text, elements, rows, emulated)
+    ex2_total = sum(1 for i in instrs if sb.classify(i.opcode) == "MUFU.EX2")
+    on_mufu = elements - emulated
+    out = {"elements_per_thread": elements, "rows_per_thread": rows, "ex2_emulated_per_tile": emulated,
+           "ex2_expected_per_element": (on_mufu + rows) / elements,
+           "ex2_in_kernel": ex2_total, "ambiguous": notes, "loop": None}
+    if loop is None:
+        return out
+    counted = sb.count_loop(loop, labels, inner)
+    by_class = counted["by_class"]
+    outside = ex2_total - by_class["MUFU.EX2"]
+    if not (outside <= rows or on_mufu <= outside <= on_mufu + rows):
+        notes.append(f"{outside} MUFU.EX2 lie outside the loop, not {on_mufu} (one peeled first K/V tile) "
+                     f"or at most {rows}")
+    out.update(sb.loop_fields(loop, counted, elements, outside))
+    return out
+
+
+def fa4_budget(arch: str, *, two_cta: bool | None = None) -> dict:
+    """The softmax budget of FA4's forward kernel on ``arch``, in ``softmax_budget.budget``'s
+    format (so ``softmax_budget.table`` and ``tile_cycles`` take it), with FA4's metadata.
+
+    E (score elements per softmax thread per K/V tile) = tile_m * tile_n / softmax threads:
+    sm_90a: 128 * 128 / 256 (two consumer warpgroups) = 64, 2 rows per thread (the wgmma
+    accumulator holds rows r and r + 8); sm_100a: 256 * 128 / 256 (softmax warps 0-7, a TMEM lane
+    is a row) = 128, 1 row per thread, of which ``ex2_emulated_per_tile`` on the FMA pipe.
+
+    ``generic``: what ``softmax_budget.budget_from_sass`` makes of the same SASS (its loop and its
+    ambiguity notes); the numbers here come from :func:`softmax_loop`'s loop."""
+    build = compile_fa4(arch, two_cta=two_cta)
+    elements, rows, emulated = build.elements_per_thread, build.rows_per_thread, build.ex2_emulated_per_tile
+    generic = sb.budget_from_sass(build.sass.text, elements, rows, emulated)
+    out = {"step": "FA4", "arch": arch, "tile_m": build.tile_m, "tile_n": build.tile_n,
+           "head_dim": build.head_dim, "softmax_threads": build.softmax_threads}
+    out.update(budget_of_sass(build.sass.text, elements, rows, emulated))
+    out["generic"] = {"loop": generic["loop"] and generic["loop"]["label"],
+                      "loop_instructions": generic["loop"] and generic["loop"]["instructions"],
+                      "total_per_element": generic.get("total_per_element"),
+                      "ambiguous": generic["ambiguous"]}
+    out["fa4"] = {"registers": build.registers, "threads_per_cta": build.threads_per_cta,
+                  "m_block_size": build.m_block_size, "q_stage": build.q_stage, "num_stages": build.num_stages,
+                  "two_cta": build.two_cta, "cluster_size": build.cluster_size, "smem_bytes": build.smem_bytes,
+                  "setmaxnreg": build.setmaxnreg, "compile_seconds": build.compile_seconds,
+                  "child_seconds": build.child_seconds,
+                  "mufu_ex2_in_kernel": build.sass.mechanisms.get("MUFU.EX2", 0),
+                  "ffma2_in_kernel": build.sass.mechanisms.get("FFMA2", 0),
+                  "spills": build.sass.spills, "notes": build.notes, "directory": str(build.directory)}
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Child side: runs with flash_attn imported, in its own process.
+# ----------------------------------------------------------------------------------------------
+
+def _kernel(arch: str, two_cta: bool | None):
+    """FA4's forward kernel object for the workload, built as ``_flash_attn_fwd`` builds it, and
+    the notes on each choice. FA4's own ``_get_fwd_config`` gives tiles, Q stages and splits."""
+    import math
+
+    import cutlass
+    from flash_attn.cute import interface, utils
+
+    w = WORKLOAD
+    d, nheads, seqlen, batch = w["head_dim"], w["heads"], w["seqlen"], w["batch"]
+    arch_num = interface._parse_arch_str(arch)
+    cfg = interface._get_fwd_config(
+        arch=arch_num, head_dim=d, head_dim_v=d, max_seqlen_q=seqlen, max_seqlen_k=seqlen, num_head_kv=nheads,
+        qhead_per_kvhead=1, pack_gqa=False, batch_size=batch, causal=False, local=False,
+        window_size_left=None, window_size_right=None, num_splits=1, device=None, seqlen_q=seqlen)
+    notes = [f"workload {w}: MHA (pack_gqa False), no LSE (no grad), num_splits {cfg.num_splits}",
+             f"tiles {cfg.m_block_size} x {cfg.n_block_size} from FA4's _get_fwd_config"]
+    if arch_num // 10 == 9:
+        from flash_attn.cute.flash_fwd_sm90 import FlashAttentionForwardSm90
+        kernel = FlashAttentionForwardSm90(
+            cutlass.BFloat16, d, d, 1, is_causal=False, is_local=False, pack_gqa=False,
+            tile_m=cfg.m_block_size, tile_n=cfg.n_block_size, num_stages=2, num_threads=384, Q_in_regs=False,
+            intra_wg_overlap=cfg.intra_wg_overlap, mma_pv_is_rs=cfg.mma_pv_is_rs, mask_mod=None, score_mod=None,
+            has_aux_tensors=False, q_subtile_factor=1, paged_kv_non_tma=False)
+        notes += ["num_stages 2 and num_threads 384 (1 producer + 2 consumer warpgroups): the interface's constants",
+                  f"mma_pv_is_rs {cfg.mma_pv_is_rs}, intra_wg_overlap {cfg.intra_wg_overlap} (hdim 128 config)",
+                  "not persistent (SingleTileScheduler), cluster 1x1"]
+        return kernel, notes
+    from flash_attn.cute.flash_fwd_sm100 import FlashAttentionForwardSm100
+    # The interface's use_2cta_instrs for this workload: dense, not split, not causal/local, hdim 128,
+    # more than one M block (seqlen 4096 > q_stage * tile_m) and not disabled (CUDA-12 torch, FA_DISABLE_2CTA).
+    fa4_2cta = not utils._get_disable_2cta_default(is_fwd=True) and cfg.num_splits == 1 \
+        and seqlen > cfg.q_stage * cfg.m_block_size and math.ceil(d / 16) * 16 == 128
+    use_2cta = fa4_2cta if two_cta is None else two_cta
+    # S ping-pong needs one Q tile per CTA; with q_stage 2 it is off.
+    s_ping_pong = not utils._get_disable_s_ping_pong_default() and cfg.q_stage == 1 \
+        and cfg.m_block_size == 128 and cfg.n_block_size == 128
+    kernel = FlashAttentionForwardSm100(
+        d, d, qhead_per_kvhead=1, is_causal=False, is_local=False, is_split_kv=False, pack_gqa=False,
+        m_block_size=cfg.m_block_size, n_block_size=cfg.n_block_size, q_stage=cfg.q_stage,
+        is_static_persistent=True, score_mod=None, mask_mod=None, has_aux_tensors=False, paged_kv_non_tma=False,
+        is_varlen_q=False, q_subtile_factor=1, kv_subtile_factor=1, use_2cta_instrs=use_2cta,
+        use_clc_scheduler=False, seqlen_k_per_split=None, has_tile_count_semaphore=False,
+        use_s_ping_pong=s_ping_pong)
+    notes += [f"q_stage {cfg.q_stage}: seqlen {seqlen} > tile_m (two Q tiles per CTA, one per softmax warpgroup)",
+              f"2-CTA {use_2cta}" + (" (forced)" if two_cta is not None else
+                                     ": FA4's choice with a torch whose CUDA is not 12.x (CPU torch; the device's "
+                                     "CUDA 13); under a CUDA-12 torch FA4 runs 1-CTA"),
+              "static persistent scheduler (dense non-causal), CLC off (FA_CLC unset; dense non-causal excludes it)",
+              f"S ping-pong {s_ping_pong} (needs q_stage 1)"]
+    return kernel, notes
+
+
+def _config_of(kernel) -> dict:
+    """The kernel object's plain attributes (its configuration, before ``__call__`` adds more)."""
+    plain = (bool, int, float, str, tuple, type(None))
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in sorted(vars(kernel).items())
+            if isinstance(v, plain) or type(v).__name__ == "SchedulingMode"} | {"class": type(kernel).__name__}
+
+
+def _interface_kernel(arch: str):
+    """The kernel object ``flash_attn_func`` builds for the workload, intercepted at ``cute.compile``
+    (fake CUDA tensors, nothing compiled or run)."""
+    import cutlass.cute as cute
+    import torch
+    from flash_attn.cute import interface
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    class Intercepted(Exception):
+        pass
+
+    seen = []
+
+    def intercept(*args, **kwargs):
+        seen.append(args[0])
+        raise Intercepted
+
+    w = WORKLOAD
+    plain = cute.compile
+    cute.compile = intercept
+    try:
+        with FakeTensorMode():
+            q, k, v = (torch.empty(w["batch"], w["seqlen"], w["heads"], w["head_dim"], dtype=torch.bfloat16,
+                                   device="cuda") for _ in range(3))
+            try:
+                interface.flash_attn_func(q, k, v, causal=w["causal"])
+            except Intercepted:
+                pass
+    finally:
+        cute.compile = plain
+    if not seen:
+        raise RuntimeError("flash_attn_func compiled nothing (an FA4 JIT cache hit?)")
+    return seen[0]
+
+
+class _HardwareInfo:
+    """Stands in for ``cutlass.utils.HardwareInfo`` while tracing (it needs a driver)."""
+    sm_count = 0
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def get_device_multiprocessor_count(self):
+        return self.sm_count
+
+    def get_max_active_clusters(self, cluster_size):
+        return self.sm_count // cluster_size
+
+
+def _fake_args(kernel, arch: str, softmax_scale: float) -> list:
+    """``_flash_attn_fwd``'s compile arguments for the workload, with symbolic tensors."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+    from flash_attn.cute.utils import AuxData
+
+    def qkvo():
+        shape = (cute.sym_int(), cute.sym_int(), cute.sym_int(), cute.sym_int())
+        stride = (cute.sym_int64(), cute.sym_int64(), cute.sym_int64(), 1)
+        return make_fake_tensor(cutlass.BFloat16, shape, stride, assumed_align=16)
+
+    # q, k, v, o, lse, scale, cu_seqlens_q/k, seqused_q/k, page_table, window left/right, learnable_sink
+    args = [kernel, qkvo(), qkvo(), qkvo(), qkvo(), None, softmax_scale] + [None] * 8
+    sm100 = arch == "sm_100a"
+    if sm100:
+        args.append(None)                                    # descale tensors
+    args += [None, AuxData(None, None)]                      # block sparsity, aux data
+    if sm100:   # num_splits_dynamic, semaphore, virtual batch, nheads in L2, 3 varlen hints; max_seqlen_q
+        args += [None] * 7 + [WORKLOAD["seqlen"]]
+    else:       # cu_total_m_blocks, cu_total_splits_m_blocks
+        args += [None, None]
+    args.append(make_fake_stream(use_tvm_ffi_env_stream=True))
+    return args
+
+
+def _build(arch: str, out: Path, two_cta: bool | None) -> None:
+    import math
+
+    import cutlass
+    import cutlass.cute as cute
+
+    kernel, notes = _kernel(arch, two_cta)
+    config = _config_of(kernel)
+    if two_cta is not None:
+        check = "forced"
+    else:
+        theirs = _config_of(_interface_kernel(arch))
+        diff = {k: (config.get(k), theirs.get(k)) for k in config.keys() | theirs.keys()
+                if config.get(k) != theirs.get(k)}
+        check = "agrees" if not diff else f"differs from flash_attn_func's kernel (ours, theirs): {diff}"
+
+    import flash_attn.cute.tile_scheduler as tile_scheduler
+    _HardwareInfo.sm_count = SM_COUNT[arch]
+    cutlass.utils.HardwareInfo = _HardwareInfo
+    tile_scheduler.HardwareInfo = _HardwareInfo
+    storage = []
+    if hasattr(kernel, "_get_shared_storage_cls"):      # sm_90: the struct is built inside __call__
+        plain = kernel._get_shared_storage_cls
+
+        def shared_storage_cls():
+            storage.append(plain())
+            return storage[-1]
+
+        kernel._get_shared_storage_cls = shared_storage_cls
+
+    dump = out / "dump"
+    dump.mkdir()
+    options = f"--enable-tvm-ffi --gpu-arch {arch} --keep-cubin --keep-ptx --dump-dir {dump}"
+    start = time.perf_counter()
+    cute.compile(*_fake_args(kernel, arch, 1.0 / math.sqrt(WORKLOAD["head_dim"])), options=options)
+    seconds = time.perf_counter() - start
+    cubins, ptxs = sorted(dump.glob("*.cubin")), sorted(dump.glob("*.ptx"))
+    if len(cubins) != 1 or len(ptxs) != 1:
+        raise RuntimeError(f"expected one cubin and one PTX in {dump}, found {cubins + ptxs}")
+    os.rename(cubins[0], out / "kernel.cubin")
+    os.rename(ptxs[0], out / "kernel.ptx")
+    shutil.rmtree(dump)
+
+    shared = getattr(kernel, "shared_storage", None) or (storage[-1] if storage else None)
+    smem = shared.size_in_bytes() if shared is not None else None
+    sm100 = arch == "sm_100a"
+    if sm100:
+        m_block, q_stage, tile_n = kernel.m_block_size, kernel.q_stage, kernel.n_block_size
+        softmax_threads = 32 * len((*kernel.softmax0_warp_ids, *kernel.softmax1_warp_ids))
+        rows, stages, cluster = 1, kernel.kv_stage, kernel.cta_group_size
+        emulated = ex2_emulated(tile_n, kernel.ex2_emu_freq, kernel.ex2_emu_start_frg)
+        regs = {"softmax": kernel.num_regs_softmax, "correction": kernel.num_regs_correction,
+                "other": kernel.num_regs_other}
+        notes.append(f"ex2 emulation: freq {kernel.ex2_emu_freq}, start fragment {kernel.ex2_emu_start_frg}, "
+                     f"res {EX2_EMU_RES}: {emulated} of {tile_n} exponentials per row per K/V tile on the FMA pipe")
+        notes.append(f"{kernel.kv_stage} K/V stages (as many as fit in 224 KB), TMEM {kernel.tmem_total} columns")
+    else:
+        m_block, q_stage, tile_n = kernel.tile_m, 1, kernel.tile_n
+        softmax_threads = kernel.num_mma_threads           # the consumer warpgroups (one producer warpgroup)
+        rows, stages, cluster, emulated = 2, kernel.num_stages, 1, 0
+        regs = {"producer": kernel.num_producer_regs, "consumer": kernel.num_mma_regs}
+    meta = {"arch": arch, "versions": versions(), "workload": WORKLOAD, "compile_seconds": seconds,
+            "tile_m": q_stage * m_block, "tile_n": tile_n, "head_dim": WORKLOAD["head_dim"],
+            "two_cta": cluster == 2, "smem_bytes": smem, "notes": notes, "m_block_size": m_block,
+            "q_stage": q_stage, "num_stages": stages, "cluster_size": cluster, "softmax_threads": softmax_threads,
+            "rows_per_thread": rows, "ex2_emulated_per_tile": emulated, "setmaxnreg": regs, "config": config,
+            "interface_check": check}
+    (out / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "build":
+        arch, out = argv[1], Path(argv[2])
+        two_cta = {"--two-cta": True, "--one-cta": False}.get(argv[3]) if len(argv) > 3 else None
+        _build(arch, out, two_cta)
+        return 0
+    # python -m harness.fa4_sass [ARCH...]: the builds and budgets, as JSON
+    report = {}
+    for arch in argv or ARCHS:
+        b = fa4_budget(arch)
+        report[arch] = {k: v for k, v in b.items() if k not in ("opcodes",)}
+    print(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

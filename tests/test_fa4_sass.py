@@ -1,0 +1,124 @@
+"""Stock FlashAttention-4's forward kernel compiled on the CPU (harness/fa4_sass.py): the
+configuration flash_attn_func picks for the ladder's workload, its SASS mechanisms, and the
+softmax budget of its K/V loop. Each arch builds once (~10 s in a child process) and is cached
+under build/fa4/."""
+
+import pytest
+from test_softmax_budget import SYNTHETIC
+
+from harness import fa4_sass
+from harness import softmax_budget as sb
+
+SMEM_LIMIT = 227 * 1024        # the most dynamic shared memory a CTA may have on sm_90 and sm_100
+
+# FA4's sm_100 shape in nvdisasm's format: a persistent work-tile loop (.L_x_0) holding the peeled
+# first K/V tile (2 MUFU.EX2 for 2 elements, no rescale) and the K/V loop (.L_x_1: 2 + 1 rescale).
+PERSISTENT = """
+\t.section\t.text.kern,"ax",@progbits
+.text.kern:
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+.L_x_0:
+        /*0010*/                   MUFU.EX2 R2, R3 ;
+        /*0020*/                   MUFU.EX2 R4, R5 ;
+.L_x_1:
+        /*0030*/                   FMNMX R6, R7, R8, !PT ;
+        /*0040*/                   MUFU.EX2 R9, R6 ;
+        /*0050*/                   FFMA2 R10, R10.F32x2.HI_LO, R11.F32x2.HI_LO, R12.F32x2.HI_LO ;
+        /*0060*/                   MUFU.EX2 R10, R10 ;
+        /*0070*/                   MUFU.EX2 R11, R11 ;
+        /*0080*/                   ISETP.NE.AND P0, PT, R0, R20, PT ;
+        /*0090*/               @P0 BRA `(.L_x_1) ;
+        /*00a0*/                   IADD3 R21, PT, PT, R21, 0x1, RZ ;
+        /*00b0*/                   ISETP.NE.AND P1, PT, R21, R22, PT ;
+        /*00c0*/               @P1 BRA `(.L_x_0) ;
+        /*00d0*/                   EXIT ;
+.L_x_2:
+        /*00e0*/                   BRA `(.L_x_2);
+"""
+
+
+def test_ex2_emulation_count_follows_fa4s_rule():
+    # 4 fragments of 32; fragment 0 (start) and 3 (last) stay on the MUFU; freq 10, res 4 emulates
+    # pairs k = 6, 8, 16, 18, 26, 28 of fragments 1 and 2: 2 x 6 x 2 = 24 (2-CTA); freq 16: k = 12,
+    # 14, 28, 30: 16 (1-CTA); freq 0: none.
+    assert fa4_sass.ex2_emulated(128, freq=10, start_frg=1) == 24
+    assert fa4_sass.ex2_emulated(128, freq=16, start_frg=1) == 16
+    assert fa4_sass.ex2_emulated(128, freq=0, start_frg=1) == 0
+
+
+def test_softmax_loop_is_the_kv_loop_not_the_persistent_loop():
+    generic = sb.budget_from_sass(PERSISTENT, elements=2, rows=1)
+    assert generic["loop"]["label"] == ".L_x_0" and generic["ambiguous"]    # most MUFU.EX2: the wrong loop
+    b = fa4_sass.budget_of_sass(PERSISTENT, elements=2, rows=1)
+    assert b["ambiguous"] == []
+    assert b["loop"]["label"] == ".L_x_1" and b["loop"]["ex2_outside"] == 2  # the peeled first tile
+    assert b["counts"]["MUFU.EX2"] == 3 and b["counts"]["FFMA2/FADD2/FMUL2"] == 1 and b["total"] == 7
+
+
+def test_budget_of_sass_matches_softmax_budget_where_they_pick_the_same_loop():
+    ours, theirs = (f(SYNTHETIC, elements=2, rows=1) for f in (fa4_sass.budget_of_sass, sb.budget_from_sass))
+    assert ours == theirs
+
+
+def test_no_loop_fits_is_reported():
+    b = fa4_sass.budget_of_sass(PERSISTENT, elements=8, rows=1)
+    assert b["loop"] is None and "no loop holds 8..9 MUFU.EX2" in b["ambiguous"][0]
+
+
+@pytest.fixture(scope="module")
+def fa4():
+    try:
+        fa4_sass.versions()
+    except fa4_sass.Fa4Missing as e:
+        pytest.skip(str(e))
+    return fa4_sass
+
+
+def test_sm90a_build(fa4):
+    b = fa4.compile_fa4("sm_90a")
+    assert b.sass.target == "sm_90a" and b.sass.spills == 0
+    m = b.sass.mechanisms
+    assert m["HGMMA"] > 0 and m["HGMMA.RS"] > 0 and m["MUFU.EX2"] > 0 and m["UTCHMMA"] == 0
+    assert b.threads_per_cta == 384 and b.softmax_threads == 256          # producer + 2 consumer warpgroups
+    assert (b.tile_m, b.tile_n, b.head_dim, b.q_stage, b.num_stages) == (128, 128, 128, 1, 2)
+    assert not b.two_cta and b.cluster_size == 1
+    assert 0 < b.smem_bytes <= SMEM_LIMIT
+    assert b.setmaxnreg == {"producer": 24, "consumer": 240}
+    assert fa4.compile_fa4("sm_90a") is b                                 # memoized
+
+
+def test_sm100a_build(fa4):
+    b = fa4.compile_fa4("sm_100a")
+    assert b.sass.target == "sm_100a" and b.sass.spills == 0
+    m = b.sass.mechanisms
+    assert m["UTCHMMA"] > 0 and m["UTCHMMA.TS"] > 0 and m["MUFU.EX2"] > 0 and m["FFMA2"] > 0 and m["HGMMA"] == 0
+    assert any(op.startswith("UTCHMMA.2CTA") for op in b.sass.opcodes)    # the 2-CTA MMA FA4 picks
+    assert b.threads_per_cta == 512 and b.softmax_threads == 256          # 16 warps, softmax warps 0-7
+    assert (b.m_block_size, b.q_stage, b.tile_m, b.tile_n, b.head_dim) == (128, 2, 256, 128, 128)
+    assert b.two_cta and b.cluster_size == 2
+    assert 0 < b.smem_bytes <= SMEM_LIMIT
+    assert b.ex2_emulated_per_tile == 24                                  # 2-CTA: ex2_emu_freq 10
+
+
+def test_a_cached_build_loads_the_same(fa4):
+    b = fa4.compile_fa4("sm_100a")
+    fa4._memo.clear()
+    again = fa4.compile_fa4("sm_100a")
+    assert again.cached and again is not b
+    assert (again.registers, again.smem_bytes, again.sass.opcodes) == (b.registers, b.smem_bytes, b.sass.opcodes)
+
+
+@pytest.mark.parametrize("arch", fa4_sass.ARCHS)
+def test_fa4_budget_finds_one_kv_loop(fa4, arch):
+    b = fa4.fa4_budget(arch)
+    assert b["ambiguous"] == [] and b["loop"] is not None
+    e, rows, emulated = b["elements_per_thread"], b["rows_per_thread"], b["ex2_emulated_per_tile"]
+    assert (e, rows, emulated) == {"sm_90a": (64, 2, 0), "sm_100a": (128, 1, 24)}[arch]
+    # one MUFU.EX2 per element not emulated, plus up to one rescale per row; the peeled first tile outside
+    assert (e - emulated) / e <= b["per_element"]["MUFU.EX2"] <= b["ex2_expected_per_element"]
+    assert b["loop"]["ex2_outside"] == e - emulated
+    assert 2 < b["total_per_element"] < 20
+    assert sum(b["counts"].values()) == b["total"]
+    if arch == "sm_100a":
+        assert b["packed_lanes_per_element"] > 1        # scale folded into FFMA2, plus the emulation's
+        assert b["generic"]["ambiguous"]                # softmax_budget's pick: the persistent loop
