@@ -24,6 +24,9 @@ def main(argv: list[str]) -> int:
         elif job == "ex2-accuracy":
             from harness import ex2_accuracy
             payload = ex2_accuracy.measure(step_id)
+        elif job == "timeline":
+            from harness import timeline
+            payload = timeline.measure(step_id)
         else:
             raise ValueError(f"unknown job {job!r}")
     except Exception as e:

@@ -1,5 +1,5 @@
-"""``ladder``: the one entry point. list, run, diff, sass, table, selfcheck, profile, accuracy, explain,
-writeups, plot."""
+"""``ladder``: the one entry point. list, run, diff, sass, table, selfcheck, profile, accuracy, bound,
+timeline, explain, writeups, plot."""
 
 from __future__ import annotations
 
@@ -202,7 +202,8 @@ def _shown(path: Path) -> str:
 
 
 def cmd_writeups(args) -> int:
-    from harness import generate, plot
+    from harness import generate, plot, timeline_draw
+    stale_timelines = [s for s in timeline_draw.drawable() if timeline_draw.stale(s)]
     if args.check:
         stale = generate.stale()
         for p in stale:
@@ -211,12 +212,17 @@ def cmd_writeups(args) -> int:
         if plot_stale:
             console.print(f"[red]stale plot: {_shown(plot.IMG)}/{plot.NAME}.json differs from results/*.json "
                           "(`ladder plot` redraws it)[/red]")
-        return 1 if stale or plot_stale else 0
+        for s in stale_timelines:
+            console.print(f"[red]stale timeline picture of {s.id} (`ladder timeline {s.id}` redraws it)[/red]")
+        return 1 if stale or plot_stale or stale_timelines else 0
     for path in generate.documents():
         if path.exists() and generate.refresh(path):
             console.print(f"refreshed {path.relative_to(ROOT)}")
     if plot.stale():
         for path in plot.draw(plot.plot_data()):
+            console.print(f"redrew {_shown(path)}")
+    for step in stale_timelines:
+        for path in timeline_draw.draw(step, *timeline_draw.source_for(step)):
             console.print(f"redrew {_shown(path)}")
     return 0
 
@@ -519,6 +525,17 @@ def _print_accuracy(label: str, stats: dict) -> None:
                   f"{stats['max_abs_error_below_normal']:.3e}; {stats['elements']:,} elements")
 
 
+def _child_payload(job: str, step: Step, what: str, timeout: float) -> dict | None:
+    """Run ``job`` for ``step`` in a child process; its payload, or None after printing why not."""
+    from harness.isolate import run_job
+    with console.status(f"{step.id}: {what} in a child process (timeout {timeout:.0f} s)..."):
+        res = run_job(job, step.spec, timeout=timeout)
+    if res.status != "ok":
+        console.print(f"[red]{step.id}: {res.error}[/red]")
+        return None
+    return res.payload
+
+
 def cmd_accuracy(args) -> int:
     """The step's FMA-pipe exp2 on this GPU against float64 (harness/ex2_accuracy.py), in a child."""
     from harness import ex2_accuracy, ex2_model
@@ -539,13 +556,9 @@ def cmd_accuracy(args) -> int:
         console.print(f"[yellow]ladder accuracy needs an sm_90 or sm_100 GPU to run the kernel; {where} is not one: "
                       "compiled only, nothing ran, nothing recorded.[/yellow]")
         return 2
-    from harness.isolate import run_job
-    with console.status(f"{step.id}: exp2 emulation in a child process (timeout {args.timeout:.0f} s)..."):
-        res = run_job("ex2-accuracy", step.spec, timeout=args.timeout)
-    if res.status != "ok":
-        console.print(f"[red]{step.id}: {res.error}[/red]")
+    payload = _child_payload("ex2-accuracy", step, "exp2 emulation", args.timeout)
+    if payload is None:
         return 1
-    payload = res.payload
     _print_accuracy(f"{name}, {payload['arch']} {payload['path']}", payload)
     ok = payload["max_rel_error"] < payload["bound"]
     if payload["model_mismatches"]:
@@ -584,6 +597,52 @@ def cmd_bound(args) -> int:
     console.print(f"structure: {b.structure} (INFO.extra['bound']); binds: {b.binding}; FA4 ({ref.structure}) "
                   f"binds: {ref.binding}")
     console.print(f"predicted fraction of FA4 (model, not a measurement): {bound.fraction_of(b, ref):.2f}")
+    return 0
+
+
+TIMELINE_TIMEOUT = 300.0      # one compile and a few launches
+
+
+def _print_timeline(record: dict, title: str) -> None:
+    from harness import timeline
+    table = Table(title=title)
+    table.add_column("lane")
+    for name in record["phases"]:
+        table.add_column(name, justify="right")
+    for lane, medians in timeline.phase_medians(record).items():
+        table.add_row(lane, *(f"{medians[n]:,.0f}" if n in medians else "" for n in record["phases"]))
+    console.print(table)
+    per = timeline.period(record)
+    if per:
+        console.print(f"one K/V tile every {per:,.0f} cycles (median over tiles 2-{timeline.KEPT_TILES - 1})")
+
+
+def cmd_timeline(args) -> int:
+    """Measure (--measure, on a GPU of the step's arch) or draw a step's timeline."""
+    from harness import timeline
+    step = resolve(args.step)
+    timeline.check_markers(step.module, step.path.read_text())
+    if args.measure:
+        cap, name = _gpu()
+        if not _runnable(step, cap):
+            where = f"this GPU ({name})" if cap else "this machine (no CUDA GPU)"
+            console.print(f"[yellow]{step.id} cannot run on {where}: nothing measured.[/yellow]")
+            return 2
+        record = _child_payload("timeline", step, "instrumented run", args.timeout)
+        if record is None:
+            return 1
+        _print_timeline(record, f"{step.id} on {name}: median cycles per phase, one CTA (measured)")
+        console.print(f"instrumented kernel {record['instrumented_ms']:.3f} ms vs the step {record['step_ms']:.3f} ms; "
+                      f"numerics {'pass' if record['numerics_passed'] else 'FAIL'}")
+        if args.record:
+            results.record_timeline(Path(args.record), record)
+            console.print(f"recorded into {args.record}")
+        return 0 if record["numerics_passed"] else 1
+    from harness import timeline_draw
+    record, label = timeline_draw.source_for(step)
+    _print_timeline(record, f"{step.id}: median cycles per phase, one CTA ({label})")
+    for path in timeline_draw.draw(step, record, label, Path(args.out) if args.out else None):
+        console.print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0
 
 
@@ -653,6 +712,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("step")
     s.add_argument("--gpu", choices=("h200", "b200"), help="default: the step's own architecture's GPU")
     s.set_defaults(fn=cmd_bound)
+    s = sub.add_parser("timeline", help="one CTA's warp roles phase by phase over K/V tiles: measured on the GPU "
+                                        "(--measure), drawn from the recording, or simulated for Blackwell")
+    s.add_argument("step")
+    s.add_argument("--measure", action="store_true", help="run the instrumented step on this GPU")
+    s.add_argument("--record", metavar="FILE", help="with --measure: store the timeline in this results file")
+    s.add_argument("--timeout", type=float, default=TIMELINE_TIMEOUT, help="seconds")
+    s.add_argument("--out", metavar="DIR", help="draw here instead of writeups/img")
+    s.set_defaults(fn=cmd_timeline)
     s = sub.add_parser("explain", help="render a step's writeup in the terminal")
     s.add_argument("step")
     s.set_defaults(fn=cmd_explain)

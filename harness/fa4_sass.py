@@ -243,63 +243,6 @@ def ex2_emulated(elements: int, freq: int, start_frg: int, res: int = EX2_EMU_RE
                if not (k % freq < freq - res or j >= fragments - 1 or j < start_frg))
 
 
-def _ex2(loop: sb.Loop) -> int:
-    return sum(sb.classify(i.opcode) == "MUFU.EX2" for i in loop.inline)
-
-
-def softmax_loop(text: str, elements: int, rows: int, emulated: int = 0):
-    """FA4's softmax (K/V tile) loop: the innermost loop holding one ``MUFU.EX2`` per element not
-    emulated plus at most one per row (the rescale). ``softmax_budget.main_loop`` takes the loop
-    holding the *most* ``MUFU.EX2``, which on sm_100 is FA4's persistent work-tile loop (it holds
-    the K/V loop and the peeled first K/V tile). Returns (loop, loops nested in it, notes)."""
-    instrs, labels = sb.parse(text)
-    loops = sb.find_loops(instrs, labels)
-    on_mufu = elements - emulated
-    fits = [lp for lp in loops if on_mufu <= _ex2(lp) <= on_mufu + rows]
-    notes = []
-    if not fits:
-        counts = sorted({_ex2(lp) for lp in loops if _ex2(lp)})
-        return None, [], [f"no loop holds {on_mufu}..{on_mufu + rows} MUFU.EX2 (loops hold {counts})"]
-    chosen = min(fits, key=lambda lp: len(lp.inline))
-
-    def nested(a, b):
-        return a.section == b.section and (a.blocks <= b.blocks or b.blocks <= a.blocks)
-
-    rivals = [lp for lp in fits if not nested(lp, chosen)]
-    if rivals:
-        notes.append(f"{len(rivals)} other loop(s) not nested with {chosen.label} hold {on_mufu}..{on_mufu + rows} "
-                     "MUFU.EX2")
-    if any(sb.classify(i.opcode) == "MUFU.EX2" for i in chosen.out_of_line):
-        notes.append(f"loop {chosen.label} has MUFU.EX2 outside its address range")
-    inner = [lp for lp in loops if lp is not chosen and lp.section == chosen.section
-             and lp.blocks < chosen.blocks and chosen.start <= lp.start <= chosen.end]
-    return chosen, inner, notes
-
-
-def budget_of_sass(text: str, elements: int, rows: int = 1, emulated: int = 0) -> dict:
-    """``softmax_budget.budget_from_sass``'s dict for FA4's SASS, with the loop chosen by
-    :func:`softmax_loop`. FA4 peels the first K/V tile of each work tile (its softmax has no
-    rescale), so ``elements - emulated`` MUFU.EX2 (give or take ``rows``) outside the loop are
-    expected, not a sign of a wrong loop; so are none (at most ``rows``)."""
-    instrs, labels = sb.parse(text)
-    loop, inner, notes = softmax_loop(text, elements, rows, emulated)
-    ex2_total = sum(1 for i in instrs if sb.classify(i.opcode) == "MUFU.EX2")
-    on_mufu = elements - emulated
-    out = {"elements_per_thread": elements, "rows_per_thread": rows, "ex2_emulated_per_tile": emulated,
-           "ex2_expected_per_element": (on_mufu + rows) / elements,
-           "ex2_in_kernel": ex2_total, "ambiguous": notes, "loop": None}
-    if loop is None:
-        return out
-    counted = sb.count_loop(loop, labels, inner)
-    by_class = counted["by_class"]
-    outside = ex2_total - by_class["MUFU.EX2"]
-    if not (outside <= rows or on_mufu <= outside <= on_mufu + rows):
-        notes.append(f"{outside} MUFU.EX2 lie outside the loop, not {on_mufu} (one peeled first K/V tile) "
-                     f"or at most {rows}")
-    out.update(sb.loop_fields(loop, counted, elements, outside))
-    return out
-
-
 def fa4_budget(arch: str, *, two_cta: bool | None = None) -> dict:
     """The softmax budget of FA4's forward kernel on ``arch``, in ``softmax_budget.budget``'s
     format (so ``softmax_budget.table`` and ``tile_cycles`` take it), with FA4's metadata.
@@ -310,13 +253,13 @@ def fa4_budget(arch: str, *, two_cta: bool | None = None) -> dict:
     is a row) = 128, 1 row per thread, of which ``ex2_emulated_per_tile`` on the FMA pipe.
 
     ``generic``: what ``softmax_budget.budget_from_sass`` makes of the same SASS (its loop and its
-    ambiguity notes); the numbers here come from :func:`softmax_loop`'s loop."""
+    ambiguity notes); the numbers here come from :func:`softmax_budget.kv_loop`'s loop."""
     build = compile_fa4(arch, two_cta=two_cta)
     elements, rows, emulated = build.elements_per_thread, build.rows_per_thread, build.ex2_emulated_per_tile
     generic = sb.budget_from_sass(build.sass.text, elements, rows, emulated)
     out = {"step": "FA4", "arch": arch, "tile_m": build.tile_m, "tile_n": build.tile_n,
            "head_dim": build.head_dim, "softmax_threads": build.softmax_threads}
-    out.update(budget_of_sass(build.sass.text, elements, rows, emulated))
+    out.update(sb.peeled_budget_from_sass(build.sass.text, elements, rows, emulated))
     out["generic"] = {"loop": generic["loop"] and generic["loop"]["label"],
                       "loop_instructions": generic["loop"] and generic["loop"]["instructions"],
                       "total_per_element": generic.get("total_per_element"),

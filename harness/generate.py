@@ -10,7 +10,10 @@ Kinds: ``results <step>``, ``sass <step> [<against>]``, ``table <track>``, ``sto
 ``stores <step> ...`` (the model's cost of each thread-issued smem store, per warp instruction),
 ``banks <step> <store>`` (which banks one warp store hits, per quarter-warp), ``tmem <step>`` (TMEM columns),
 ``budget <step> ...`` (the softmax's main-loop instructions per score element, by class, from the SASS),
-``accuracy <step>`` (the measured error of the step's FMA-pipe exp2 emulation, ``ladder accuracy``).
+``accuracy <step>`` (the measured error of the step's FMA-pipe exp2 emulation, ``ladder accuracy``),
+``bound hopper`` (the bound model against every measured Hopper step), ``timeline <step>`` (the
+step's measured timeline, or for a Blackwell step without a B200 run its simulation) and
+``timeline-check hopper`` (measured against simulated cycles per tile).
 """
 
 from __future__ import annotations
@@ -623,6 +626,61 @@ def bound_block(track: str) -> str:
     return markdown_table(rows, bound_report.HOPPER_HEADERS) + "\n\n" + bound_report.hopper_note(summary)
 
 
+def _timeline_table(record: dict, simulated: bool) -> str:
+    from harness import timeline
+    medians = timeline.phase_medians(record)
+    tag = " (simulated)" if simulated else ""
+    rows = [[lane + tag, *(f"{m[n]:,.0f}" if n in m else "" for n in record["phases"])] for lane, m in medians.items()]
+    return markdown_table(rows, ["lane (one warp per role)", *record["phases"]])
+
+
+def timeline_block(step_id: str) -> str:
+    """``timeline hNN``: the step's measured timeline (picture, median cycles per phase, what the
+    probes cost, provenance); for a Blackwell step without a B200 measurement, its simulation."""
+    from harness import timeline, timeline_draw
+    step = resolve(step_id)
+    record, label = timeline_draw.source_for(step)
+    simulated = bool(record.get("simulated"))
+    w = timeline_draw.WINDOW
+    lines = [f"![{step.id}: one CTA's warps over K/V tiles {w.start}-{w.stop - 1}, {label}]"
+             f"(../img/timeline-{step.id}.svg)", "",
+             f"Median cycles per timeline phase over tiles 2-{timeline.KEPT_TILES - 1} of one CTA"
+             + (" (simulated, not measured):" if simulated else f" ({label}):"), "",
+             _timeline_table(record, simulated), ""]
+    per = timeline.period(record)
+    busy = timeline.gemm_in_flight(record)
+    busy_text = (f"; a GEMM is in flight {busy:.0%} of the time (tiles 2-{timeline.KEPT_TILES - 3})"
+                 if busy is not None else "")
+    if simulated:
+        lines.append(f"Simulated (B200 unit rates, {NOT_RUN_B200}): one K/V tile every {per:,.0f} cycles{busy_text}. "
+                     "The MMA warp's bars are issue only; the tensor pipe's lane shows when the GEMMs run. "
+                     "What the simulation leaves out is in `harness/timeline_sim.py`; "
+                     f"`ladder timeline {step.id} --measure` on a B200 replaces it with a measurement.")
+    else:
+        p = record["provenance"]
+        cost = record["instrumented_ms"] / record["step_ms"] - 1
+        lines.append(f"One K/V tile every {per:,.0f} cycles on the sampled CTA{busy_text}. The probes' price: the instrumented "
+                     f"kernel ran {record['instrumented_ms']:.3f} ms against the step's {record['step_ms']:.3f} ms "
+                     f"({cost:+.0%}) at seqlen 8k, and its output "
+                     f"{'passed' if record['numerics_passed'] else 'FAILED'} FA4's numerics rule. Recorded by "
+                     f"`{p['command']}` on {p['gpu']} (driver {p.get('driver')}), {p['date'][:10]}, "
+                     f"nvidia-cutlass-dsl {p['cutlass_dsl']}.")
+    return "\n".join(lines) + "\n"
+
+
+def timeline_check_block(track: str) -> str:
+    """``timeline-check hopper``: measured cycles per K/V tile against the simulation's, per step."""
+    from harness import timeline_sim
+    rows = []
+    for c in timeline_sim.check(track_steps(track)):
+        rows.append([c["step"], f"{c['measured']:,.0f}", f"{c['simulated']:,.0f} (simulated)",
+                     f"{c['simulated'] / c['measured'] - 1:+.0%}"])
+    if not rows:
+        return "No measured timeline yet.\n"
+    return markdown_table(rows, ["step", "measured cycles per K/V tile (one CTA)", "simulation",
+                                 "simulation vs measured"]) + "\n"
+
+
 def render(spec: str) -> str:
     """One generated block from its spec: the kind, then its arguments (``sass b03 b02``)."""
     kind, *args = spec.split()
@@ -630,7 +688,8 @@ def render(spec: str) -> str:
               "profile": profile_block, "profiles": profiles_block, "compare": compare_block,
               "experiments": experiments_block, "checks": checks_block, "stock": stock_block, "smem": smem_block,
               "stores": stores_block, "banks": banks_block, "tmem": tmem_block,
-              "code": code_block, "budget": budget_block, "accuracy": accuracy_block, "bound": bound_block}
+              "code": code_block, "budget": budget_block, "accuracy": accuracy_block, "bound": bound_block,
+              "timeline": timeline_block, "timeline-check": timeline_check_block}
     if kind not in blocks:
         raise ValueError(f"unknown generated block kind {kind!r}")
     return blocks[kind](*args)
@@ -653,7 +712,8 @@ _VOLATILE_ROW = re.compile(r"^\|\s*(registers / thread|other|\*\*total\*\*[^|]*|
 # The bound model's numbers (harness/bound_report.py) rest on issue counts, which move with the
 # registers for the reason above: a model number, its binding unit and the check's summary are not
 # compared either.
-_VOLATILE_MODEL = re.compile(r"\d+\.\d+ \(model[^|\n]*|binds on: [^.]*|^\| \w+ +\| [0-9.]+ +\| .*\(model\).*$", re.M)
+_VOLATILE_MODEL = re.compile(r"\d+\.\d+ \(model[^|\n]*|binds on: [^.]*|^\| \w+ +\| [0-9.]+ +\| .*\(model\).*$"
+                             r"|^\|[^\n]*\(simulated\)[^\n]*$|^Simulated \(B200 unit rates[^\n]*$", re.M)
 
 
 def _settled(text: str) -> str:

@@ -13,20 +13,15 @@ import json
 from pathlib import Path
 
 from harness import results
+from harness.figures import DPI, IMG, MISSING, RC  # noqa: F401  (IMG, MISSING: part of this module's interface)
 from harness.generate import NOT_RUN_B200, _files_for
-from harness.paths import ROOT
 from harness.steps import TRACKS, track_steps
 
-IMG = ROOT / "writeups" / "img"
 NAME = "ladder"
-MISSING = "matplotlib is not installed: pip install -e '.[plot]' (or `make install`)"
 
 # Fixed so that redrawing unchanged data gives identical bytes.
 FIGSIZE = (10.0, 6.0)
-DPI = 110
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
-RC = {"svg.hashsalt": "attention-ladder", "svg.fonttype": "path", "font.family": "DejaVu Sans",
-      "path.simplify": False}
 
 
 def _points(track: str, data: dict) -> list[dict]:

@@ -17,6 +17,9 @@ comes out is, per warp, the list of its barrier operations in program order:
                                        thread's other commits: the PTX ISA promises no order)
 ``sync_threads`` / ``barrier``         a CTA or named barrier (``bar.sync``)
 ``barrier_arrive``                     a named-barrier arrival that does not wait (``bar.arrive``)
+``_timeline_probe(buf, tile, p, edge)`` in an instrumented copy only (harness/timeline.py): a
+                                       phase begins or ends (``mark``; the replay ignores it, the
+                                       timeline simulation times it)
 =====================================  ==========================================================
 
 The replay runs the warps and the asynchronous agents (copies in flight, commits not yet landed)
@@ -53,8 +56,11 @@ from dataclasses import dataclass, field
 
 from harness.pipeline_model import MBarrier, ProtocolError
 
+PROBE = "_timeline_probe"   # a timeline marker in an instrumented copy (harness/timeline.py): an op "mark"
+
 WARP = 32
-_PARAMS = ("warp_idx", "n_blocks")     # given, never re-assigned by the walk
+_PARAMS = ("warp_idx", "n_blocks", "n_tiles")   # given, never re-assigned by the walk (n_tiles: a
+                                                # persistent CTA's work tiles, h14)
 _SAFE_BUILTINS = {"range": range, "len": len, "min": min, "max": max, "tuple": tuple, "int": int}
 
 
@@ -81,13 +87,15 @@ class Bar:
 
 @dataclass(frozen=True)
 class Op:
-    kind: str          # init, wait, arrive, expect, copy, commit, sync, bar_arrive
+    kind: str          # init, wait, arrive, expect, copy, commit, sync, bar_arrive, mark
     line: int          # line in the step file
     text: str          # the call as written
     bar: Bar | None = None
     value: int = 0     # init: count; wait: parity; arrive/expect/commit: arrivals; sync: barrier id
     threads: int = 0   # sync / bar_arrive: the barrier's thread count
     copies: int = 0    # expect: copies announced
+    tile: int = 0      # mark: the K/V tile of a timeline phase (harness/timeline.py); value: its phase
+    edge: int = 0      # mark: 0 begin, 1 end
 
 
 @dataclass
@@ -103,6 +111,8 @@ class Protocol:
 
 def _call_name(call: ast.Call) -> str | None:
     f = call.func
+    if isinstance(f, ast.Name) and f.id == PROBE:
+        return "mark"
     if isinstance(f, ast.Attribute):
         if f.attr == "commit" and isinstance(f.value, ast.Name) and f.value.id == "tcgen05":
             return "commit"
@@ -133,11 +143,11 @@ def _helpers_with_barriers(source: str) -> list[str]:
 class _Walk:
     """Walks the kernel body for one warp, collecting its barrier operations."""
 
-    def __init__(self, module, source_lines, warp: int, n_blocks: int, threads: int):
+    def __init__(self, module, source_lines, warp: int, n_blocks: int, threads: int, n_tiles: int = 1):
         self.glob = {k: v for k, v in vars(module).items()
                      if isinstance(v, (int, float, bool, tuple, str)) or
                      (inspect.isfunction(v) and v.__module__ == module.__name__)}
-        self.env = {"warp_idx": warp, "n_blocks": n_blocks}
+        self.env = {"warp_idx": warp, "n_blocks": n_blocks, "n_tiles": n_tiles}
         self.lines = source_lines
         self.threads = threads
         self.ops: list[Op] = []
@@ -254,6 +264,9 @@ class _Walk:
             add("commit", bar=self.decide(call.args[0], "barrier"), value=arrivals)
         elif name == "copy":
             add("copy", bar=self.decide(kw["tma_bar_ptr"], "barrier"))
+        elif name == "mark":
+            add("mark", tile=self.decide(call.args[1], "timeline tile"), value=self.decide(call.args[2], "phase"),
+                edge=self.decide(call.args[3], "edge"))
         elif name in ("sync_threads", "barrier", "barrier_arrive"):
             bid = self.decide(kw["barrier_id"], "barrier id") if "barrier_id" in kw else 0
             n = self.decide(kw["number_of_threads"], "thread count") if "number_of_threads" in kw else self.threads
@@ -286,8 +299,10 @@ def _role_names(module, n_warps: int) -> dict:
     return names
 
 
-def extract(module, n_blocks: int, source: str | None = None, step: str | None = None) -> Protocol:
-    """The step's barrier operations, warp by warp, for a CTA that loops over ``n_blocks`` tiles.
+def extract(module, n_blocks: int, source: str | None = None, step: str | None = None,
+            n_tiles: int = 1) -> Protocol:
+    """The step's barrier operations, warp by warp, for a CTA that loops over ``n_blocks`` tiles
+    (of each of ``n_tiles`` work tiles, for a persistent kernel that names them ``n_tiles``).
     ``source`` replaces the module's file (to check a deliberately broken copy)."""
     source = inspect.getsource(module) if source is None else source
     helpers = _helpers_with_barriers(source)
@@ -298,7 +313,7 @@ def extract(module, n_blocks: int, source: str | None = None, step: str | None =
     threads = module.INFO.threads
     warps = []
     for w in range(threads // WARP):
-        walk = _Walk(module, lines, w, n_blocks, threads)
+        walk = _Walk(module, lines, w, n_blocks, threads, n_tiles)
         walk.block(kernel.body)
         warps.append(_announce_copies(walk.ops))
     counts = {}
@@ -468,11 +483,16 @@ def _check_end(proto, bars, seen, waited):
                                 f"({b.count - b.pending} of {b.count} arrivals, {b.tx} copies pending)")
 
 
-def replay_many(module, *, n_blocks=range(1, 7), seeds=range(25), source=None, step=None) -> None:
-    for n in n_blocks:
-        proto = extract(module, n, source=source, step=step)
-        for seed in seeds:
-            replay(proto, seed)
+def replay_many(module, *, n_blocks=range(1, 7), seeds=range(25), source=None, step=None,
+                n_tiles=(1, 2, 3)) -> None:
+    """Replay for each tile count; a persistent kernel (one that names ``n_tiles``) also for each
+    count of work tiles per CTA."""
+    text = inspect.getsource(module) if source is None else source
+    for t in (n_tiles if re.search(r"\bn_tiles\b", text) else (1,)):
+        for n in n_blocks:
+            proto = extract(module, n, source=source, step=step, n_tiles=t)
+            for seed in seeds:
+                replay(proto, seed)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ found by listing the folder: a new GPU's file is picked up the day it is recorde
 A file maps step id -> the row its child processes measured (numerics, side-by-side timings against
 FA4, provenance, fingerprint, and with ``--repeat`` every process's fractions). Rows merge in, so a
 long ladder can be recorded over several calls. Beside "rows" a file may hold "stock", "experiments",
-"profiles", "selfcheck" and "accuracy" (``ladder accuracy``: a step's FMA-pipe exponential).
+"profiles", "selfcheck", "accuracy" (``ladder accuracy``: a step's FMA-pipe exponential) and
+"timelines" (``ladder timeline --measure``: one CTA's phases per warp and tile).
 """
 
 from __future__ import annotations
@@ -176,17 +177,26 @@ def record_selfcheck(path: Path, tool: str, steps: list) -> dict:
     return data
 
 
-def record_accuracy(path: Path, payload: dict) -> dict:
-    """Store one step's measured exponential accuracy (``harness.ex2_accuracy.measure``) under
-    "accuracy", keyed by step; a later measurement of the same step replaces it."""
+def _record_keyed(path: Path, section: str, payload: dict) -> dict:
+    """Store a per-step payload under ``section``, keyed by step; a later one replaces it."""
     prov = payload.get("provenance") or {}
     missing = [k for k in ("gpu", "date", "command", "cutlass_dsl") if not prov.get(k)]
     if missing:
-        raise ValueError(f"accuracy of {payload.get('step')}: provenance lacks {', '.join(missing)}")
+        raise ValueError(f"{section} of {payload.get('step')}: provenance lacks {', '.join(missing)}")
     data = load(path)
-    data.setdefault("accuracy", {})[payload["step"]] = payload
+    data.setdefault(section, {})[payload["step"]] = payload
     _save(path, data)
     return data
+
+
+def record_accuracy(path: Path, payload: dict) -> dict:
+    """One step's measured exponential accuracy (``harness.ex2_accuracy.measure``), under "accuracy"."""
+    return _record_keyed(path, "accuracy", payload)
+
+
+def record_timeline(path: Path, payload: dict) -> dict:
+    """One step's measured timeline (``harness.timeline.measure``), under "timelines"."""
+    return _record_keyed(path, "timelines", payload)
 
 
 def capability(data: dict) -> tuple[int, int] | None:

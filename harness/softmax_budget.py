@@ -330,6 +330,64 @@ def budget_from_sass(text: str, elements: int, rows: int = 1, emulated: int = 0)
     return out
 
 
+def _ex2(loop: Loop) -> int:
+    return sum(classify(i.opcode) == "MUFU.EX2" for i in loop.inline)
+
+
+def kv_loop(text: str, elements: int, rows: int, emulated: int = 0):
+    """The softmax (K/V tile) loop of a kernel that peels its first K/V tile (FA4; h12 on): the
+    innermost loop holding one ``MUFU.EX2`` per element not emulated plus at most one per row (the
+    rescale). ``main_loop`` takes the loop holding the *most* ``MUFU.EX2``, which in a persistent
+    kernel (FA4 on sm_100, h14) is the work-tile loop (it holds the K/V loop and the peeled first
+    K/V tile). Returns (loop, loops nested in it, notes)."""
+    instrs, labels = parse(text)
+    loops = find_loops(instrs, labels)
+    on_mufu = elements - emulated
+    fits = [lp for lp in loops if on_mufu <= _ex2(lp) <= on_mufu + rows]
+    notes = []
+    if not fits:
+        counts = sorted({_ex2(lp) for lp in loops if _ex2(lp)})
+        return None, [], [f"no loop holds {on_mufu}..{on_mufu + rows} MUFU.EX2 (loops hold {counts})"]
+    chosen = min(fits, key=lambda lp: len(lp.inline))
+
+    def nested(a, b):
+        return a.section == b.section and (a.blocks <= b.blocks or b.blocks <= a.blocks)
+
+    rivals = [lp for lp in fits if not nested(lp, chosen)]
+    if rivals:
+        notes.append(f"{len(rivals)} other loop(s) not nested with {chosen.label} hold {on_mufu}..{on_mufu + rows} "
+                     "MUFU.EX2")
+    if any(classify(i.opcode) == "MUFU.EX2" for i in chosen.out_of_line):
+        notes.append(f"loop {chosen.label} has MUFU.EX2 outside its address range")
+    inner = [lp for lp in loops if lp is not chosen and lp.section == chosen.section
+             and lp.blocks < chosen.blocks and chosen.start <= lp.start <= chosen.end]
+    return chosen, inner, notes
+
+
+def peeled_budget_from_sass(text: str, elements: int, rows: int = 1, emulated: int = 0) -> dict:
+    """``budget_from_sass``'s dict for a kernel that peels its first K/V tile, with the loop chosen
+    by :func:`kv_loop`. FA4 and h12 on run the first K/V tile of each work tile before the loop,
+    so ``elements - emulated`` MUFU.EX2 (give or take ``rows``) outside the loop are expected, not
+    a sign of a wrong loop; so are none (at most ``rows``)."""
+    instrs, labels = parse(text)
+    loop, inner, notes = kv_loop(text, elements, rows, emulated)
+    ex2_total = sum(1 for i in instrs if classify(i.opcode) == "MUFU.EX2")
+    on_mufu = elements - emulated
+    out = {"elements_per_thread": elements, "rows_per_thread": rows, "ex2_emulated_per_tile": emulated,
+           "ex2_expected_per_element": (on_mufu + rows) / elements,
+           "ex2_in_kernel": ex2_total, "ambiguous": notes, "loop": None}
+    if loop is None:
+        return out
+    counted = count_loop(loop, labels, inner)
+    by_class = counted["by_class"]
+    outside = ex2_total - by_class["MUFU.EX2"]
+    if not (outside <= rows or on_mufu <= outside <= on_mufu + rows):
+        notes.append(f"{outside} MUFU.EX2 lie outside the loop, not {on_mufu} (one peeled first K/V tile) "
+                     f"or at most {rows}")
+    out.update(loop_fields(loop, counted, elements, outside))
+    return out
+
+
 def loop_fields(loop: Loop, counted: dict, elements: int, ex2_outside: int) -> dict:
     """The budget's keys for one chosen loop (``count_loop``'s result) over E = ``elements``."""
     by_class, total = counted["by_class"], counted["instructions"]
@@ -366,8 +424,10 @@ def budget(step, arch: str) -> dict:
     elements = step.info.tile_m * step.info.tile_n // threads
     out = {"step": step.id, "arch": arch, "tile_m": step.info.tile_m, "tile_n": step.info.tile_n,
            "head_dim": step.info.head_dim, "softmax_threads": threads}
-    out.update(budget_from_sass(report.sass.text, elements, rows_per_thread(step, arch),
-                                step.info.extra.get("ex2_emulated_per_tile", 0)))
+    # A step that runs its first K/V tile before the loop (``softmax_peeled``) is read as FA4 is.
+    read = peeled_budget_from_sass if step.info.extra.get("softmax_peeled") else budget_from_sass
+    out.update(read(report.sass.text, elements, rows_per_thread(step, arch),
+                    step.info.extra.get("ex2_emulated_per_tile", 0)))
     return out
 
 

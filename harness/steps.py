@@ -113,7 +113,7 @@ def code_sha256(source: str) -> str:
 
 # Keys of a StepInfo's ``extra`` that describe the kernel to a model and are not read by the code
 # that runs it: editing them does not make a recorded measurement stale.
-MODEL_KEYS = ("bound",)
+MODEL_KEYS = ("bound", "softmax_peeled")
 
 
 def _drop_model_facts(node) -> None:

@@ -49,19 +49,19 @@ def test_ex2_emulation_count_follows_fa4s_rule():
 def test_softmax_loop_is_the_kv_loop_not_the_persistent_loop():
     generic = sb.budget_from_sass(PERSISTENT, elements=2, rows=1)
     assert generic["loop"]["label"] == ".L_x_0" and generic["ambiguous"]    # most MUFU.EX2: the wrong loop
-    b = fa4_sass.budget_of_sass(PERSISTENT, elements=2, rows=1)
+    b = sb.peeled_budget_from_sass(PERSISTENT, elements=2, rows=1)
     assert b["ambiguous"] == []
     assert b["loop"]["label"] == ".L_x_1" and b["loop"]["ex2_outside"] == 2  # the peeled first tile
     assert b["counts"]["MUFU.EX2"] == 3 and b["counts"]["FFMA2/FADD2/FMUL2"] == 1 and b["total"] == 7
 
 
-def test_budget_of_sass_matches_softmax_budget_where_they_pick_the_same_loop():
-    ours, theirs = (f(SYNTHETIC, elements=2, rows=1) for f in (fa4_sass.budget_of_sass, sb.budget_from_sass))
+def test_peeled_budget_matches_the_plain_budget_where_they_pick_the_same_loop():
+    ours, theirs = (f(SYNTHETIC, elements=2, rows=1) for f in (sb.peeled_budget_from_sass, sb.budget_from_sass))
     assert ours == theirs
 
 
 def test_no_loop_fits_is_reported():
-    b = fa4_sass.budget_of_sass(PERSISTENT, elements=8, rows=1)
+    b = sb.peeled_budget_from_sass(PERSISTENT, elements=8, rows=1)
     assert b["loop"] is None and "no loop holds 8..9 MUFU.EX2" in b["ambiguous"][0]
 
 
@@ -122,3 +122,24 @@ def test_fa4_budget_finds_one_kv_loop(fa4, arch):
     if arch == "sm_100a":
         assert b["packed_lanes_per_element"] > 1        # scale folded into FFMA2, plus the emulation's
         assert b["generic"]["ambiguous"]                # softmax_budget's pick: the persistent loop
+
+
+def _ex2_between_the_waits(sass_text: str) -> tuple[int, int]:
+    """(MUFU.EX2 between the first DEPBAR.LE 1 and the DEPBAR.LE 0 after it, MUFU.EX2 from there to
+    the loop's next HGMMA): where the softmax of an intra-warpgroup-overlapped loop really runs."""
+    lines = sass_text.splitlines()
+    one = next(i for i, line in enumerate(lines) if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in line)
+    zero = next(i for i in range(one, len(lines)) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in lines[i])
+    nxt = next((i for i in range(zero, len(lines)) if "HGMMA" in lines[i]), len(lines))
+    return (sum("MUFU.EX2" in line for line in lines[one:zero]), sum("MUFU.EX2" in line for line in lines[zero:nxt]))
+
+
+def test_h12_and_fa4_run_most_exponentials_after_the_p_v_wait(fa4):
+    """What h12's writeup says the compiler does: in both kernels ptxas keeps only a few of the
+    softmax's exponentials between wait_group(1) and wait_group(0); most come after P V is done."""
+    from harness.compile import compile_step
+    from harness.steps import resolve
+    for name, text in (("h12", compile_step(resolve("h12"), "sm_90a").sass.text),
+                       ("FA4", fa4.compile_fa4("sm_90a").sass.text)):
+        between, after = _ex2_between_the_waits(text)
+        assert 0 < between < after / 4, (name, between, after)

@@ -24,7 +24,7 @@ TERMS = {
     "tma": r"\bTMA\b|\bTensor\s+Memory\s+Accelerator\b",
     "mbarrier": r"(?i)\bmbarriers?\b",
     "expect-tx": r"(?i)\bexpect[-_]tx\b",
-    "phase-parity": r"(?i)\bparit(?:y|ies)\b|(?<!softmax )\bphases?\b",  # a barrier's phase, not a schedule's
+    "phase-parity": r"(?i)\bparit(?:y|ies)\b|(?<!softmax )(?<!timeline )\bphases?\b",  # a barrier's phase, not a schedule's
     "swizzle": r"(?i)\bswizzl(?:e|es|ed|ing)\b",
     "bank-conflict": r"(?i)\bbank[-\s]+conflict(?:s|ed)?\b|\bwavefronts?\b",
     "named-barrier": r"(?i)\bnamed\s+barriers?\b",

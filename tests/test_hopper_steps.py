@@ -58,8 +58,8 @@ def test_descriptors_use_the_128b_swizzle_for_q_k_v(step):
     if step.number < 6:
         pv_gemm = list(zip(types[16::2], types[17::2], strict=True))
         assert len(pv_gemm) == 8 and set(pv_gemm) == {(INTERLEAVE, SWIZZLE_128B)}   # P interleaved, V swizzled
-    else:
-        assert types[16:] == [SWIZZLE_128B] * 8               # P from registers: V's descriptor only
+    else:   # P from registers: V's descriptor only (h12: more GEMMs in program order, all swizzled)
+        assert types[16:] == [SWIZZLE_128B] * 8 or (step.number >= 12 and set(types[16:]) == {SWIZZLE_128B})
 
 
 def test_h05_two_warpgroups_share_each_kv_tile():
@@ -184,3 +184,88 @@ def test_h11_loads_k_and_v_on_their_own_barriers():
     producer = [op for op in proto.warps[0] if op.kind == "copy"]
     order = [op.bar.name for op in producer]
     assert order == ["q_full", "k_full", "k_full", "v_full", "k_full", "v_full", "v_full"]
+
+
+def test_h12_issues_both_gemms_of_a_turn_before_waiting_for_the_first():
+    """Intra-warpgroup overlap in the SASS, in the loop: the QK^T wgmmas (descriptor A), then the
+    P V wgmmas (register A) with no WARPGROUP.DEPBAR in between, then the hand-over (BAR.ARV), then a
+    wait leaving one group in flight (DEPBAR.LE 1) before the one leaving none (DEPBAR.LE 0). h11
+    waits for everything (LE 0) after every GEMM."""
+    lines = _sass_lines("h12")
+    pv = [i for i, op in enumerate(lines) if re.match(r"HGMMA\.\S+\s+R\d+,\s*R\d+,\s*gdesc", op)]
+    qk = [i for i, op in enumerate(lines) if re.match(r"HGMMA\.\S+\s+R\d+,\s*gdesc", op)]
+    # the loop's P V: the one group of P V wgmmas that follows a group of QK^T wgmmas directly
+    first_pv = next(i for i in pv if any(q < i for q in qk) and
+                    not any(lines[k].startswith("WARPGROUP.DEPBAR") for k in range(max(q for q in qk if q < i), i)))
+    last_qk = max(q for q in qk if q < first_pv)
+    assert not any(op.startswith("WARPGROUP.DEPBAR") for op in lines[last_qk:first_pv])
+    waits = [i for i in range(first_pv, len(lines)) if lines[i].startswith("WARPGROUP.DEPBAR")]
+    assert re.search(r"0x1\s*;?$", lines[waits[0]]) and re.search(r"0x0\s*;?$", lines[waits[1]]), \
+        [lines[w] for w in waits[:2]]
+    assert any(op.startswith("BAR.ARV") for op in lines[first_pv:waits[0]])
+    assert not any(op.startswith("WARPGROUP.DEPBAR") and re.search(r"0x1\s*;?$", op) for op in _sass_lines("h11"))
+
+
+def test_h12_rescales_o_only_after_its_p_v_is_done():
+    """The softmax of tile j runs on acc_S alone; O's rescale and P's conversion come after
+    wait_group(0) in program order (the kernel source), so they never touch registers a wgmma in
+    flight reads or writes."""
+    import inspect
+    src = inspect.getsource(resolve("h12").module.kernel)
+    loop = src[src.index("for n_block in range(1, n_blocks):"):src.index("# ---- Last half tile")]
+    assert loop.index("warpgroup.wait_group(1)") < loop.index("online_softmax(") < loop.index("warpgroup.wait_group(0)")
+    after = loop[loop.index("warpgroup.wait_group(0)"):]
+    assert "tOrP.store(" in after and "O_mn[r, None] = O_mn[r, None].load() * row_scale[r]" in after
+    assert "O_mn" not in loop[:loop.index("warpgroup.wait_group(0)")].split("online_softmax(")[1]
+
+
+def test_h13_stores_o_through_smem_with_one_tma_store():
+    """The epilogue in the SASS, in order: the stmatrix stores of O, the async-proxy fence, the
+    256-thread epilogue barrier (not barrier 0), the TMA stores (two 64-column boxes of the 128B
+    swizzle), then the wait for the TMA's smem reads before the CTA exits. No per-thread STG."""
+    m = resolve("h13").module
+    lines = _sass_lines("h13")
+    stsm = [i for i, op in enumerate(lines) if op.startswith("STSM")]
+    assert len(stsm) == 8                      # 64 bf16 per thread, 8 per stmatrix.x4
+    fence = next(i for i in range(stsm[-1], len(lines)) if lines[i].startswith("FENCE.VIEW.ASYNC.S"))
+    barrier = next(i for i in range(fence, len(lines)) if lines[i].startswith("BAR.SYNC"))
+    assert re.search(rf"\b{m.EPILOGUE_BARRIER:#x},\s*{m.EPILOGUE_THREADS:#x}\b", lines[barrier]), lines[barrier]
+    stores = [i for i in range(barrier, len(lines)) if lines[i].startswith("UTMASTG")]
+    assert len(stores) == 2
+    wait = next(i for i in range(stores[-1], len(lines)) if lines[i].startswith("DEPBAR"))
+    assert next(i for i in range(wait, len(lines)) if lines[i].startswith("EXIT")) > wait
+    assert not any(op.startswith("STG") for op in lines)
+    assert sum(op.startswith("STG") for op in _sass_lines("h12")) == 32
+
+
+def test_h14_static_scheduler_covers_every_tile_once():
+    """CTA c of n takes work tiles c, c + n, ...; tile -> (m_block, head, batch) with the query
+    block fastest. For work counts that do not divide the SM count (and smaller than it), every
+    (m_block, head, batch) is taken by exactly one CTA, and consecutive tiles share (batch, head)."""
+    m = resolve("h14").module
+    for m_blocks, heads, batch in ((32, 16, 4), (3, 5, 7), (1, 1, 1), (64, 16, 2), (7, 3, 1)):
+        work = m_blocks * heads * batch
+        seen = []
+        for cta in range(m.SM_COUNT):
+            for i in range(m.tiles_of(cta, m.SM_COUNT, work)):
+                seen.append(m.tile_coords(cta + i * m.SM_COUNT, m_blocks, heads))
+        assert sorted(seen) == sorted((mb, h, b) for b in range(batch) for h in range(heads) for mb in range(m_blocks))
+        assert [m.tile_coords(t, m_blocks, heads) for t in range(2)][0][1:] == (0, 0)
+    assert m.tile_coords(1, 32, 16) == (1, 0, 0) and m.tile_coords(32, 32, 16) == (0, 1, 0)
+
+
+def test_h14_is_persistent():
+    """One CTA per SM of the H200 (units.py's count), the grid read back in the kernel (%nctaid.x),
+    and per CTA a loop over work tiles: the protocol model walks Q's load, the K/V tiles and the
+    O store once per work tile, and sQ's empty barrier hands it from one tile's O to the next Q."""
+    from harness import protocol, units
+    m = resolve("h14").module
+    assert m.SM_COUNT == units.gpu("h200").sms
+    assert "%nctaid.x" in compile_step(resolve("h14"), "sm_90a").ptx.read_text()
+    for tiles in (1, 3):
+        proto = protocol.extract(m, 2, n_tiles=tiles)
+        q_loads = [op for op in proto.warps[0] if op.kind == "copy" and op.bar.name == "q_full"]
+        q_free = [op for op in proto.warps[0] if op.kind == "wait" and op.bar.name == "q_empty"]
+        stores_done = [op for op in proto.warps[m.STORE_WARP] if op.kind == "arrive" and op.bar.name == "q_empty"]
+        assert len(q_loads) == len(q_free) == len(stores_done) == tiles
+        assert [op.value for op in q_free] == [(i % 2) ^ 1 for i in range(tiles)]

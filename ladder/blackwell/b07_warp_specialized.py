@@ -310,7 +310,9 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             # wait: the one K/V buffer is free. Pairs with the MMA warp's tcgen05.commit (its
             # arrive) on kv_empty after the P V MMAs of tile j-1: phase j-1, parity ^ 1. For j = 0
             # the fresh barrier's "previous phase" (parity 1) counts as complete.
+            # timeline: slot wait begin
             cute.arch.mbarrier_wait(kv_empty, parity ^ 1)
+            # timeline: slot wait end
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive_and_expect_tx(kv_full, kv_bytes)
             cute.copy(tma_K, tKgK[None, n_block], tKsK, tma_bar_ptr=kv_full)
@@ -343,25 +345,33 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             _, parity = ring_position(n_block)
             # wait: K_j, V_j landed. Pairs with the load warp's expect-tx arrive (and the TMA's
             # bytes) on kv_full: one phase per tile, parity j % 2.
+            # timeline: K/V wait begin
             cute.arch.mbarrier_wait(kv_full, parity)
+            # timeline: K/V wait end
             tcgen05_fence_after_thread_sync()
             # S_g = Q_g K^T, then a commit to s_full[g]. A commit covers every MMA this thread
             # issued before it, so it also tells softmax g that tile j-1's P_g V is done.
             for g in cutlass.range_constexpr(NUM_Q_TILES):
+                # timeline: S{g} begin
                 for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                     tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
                     cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb], tStS[g])
                 with cute.arch.elect_one():
                     tcgen05.commit(s_full + g)
+                # timeline: S{g} end
             # O_g += P_g V (TS-MMA), once softmax g has written P_g and rescaled O_g.
             for g in cutlass.range_constexpr(NUM_Q_TILES):
                 # wait: P_g of tile j in TMEM, O_g rescaled. Pairs with the arrives of all 128
                 # threads of softmax warpgroup g on p_full[g]: one phase per tile, parity j % 2.
+                # timeline: P{g} wait begin
                 cute.arch.mbarrier_wait(p_full + g, n_block % 2)
+                # timeline: P{g} wait end
                 tcgen05_fence_after_thread_sync()
+                # timeline: O{g} begin
                 for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
                     tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_block > 0 or kb != 0)
                     cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb], tOtO[g])
+                # timeline: O{g} end
             # K_j and V_j are free once these MMAs complete: tell the load warp.
             with cute.arch.elect_one():
                 tcgen05.commit(kv_empty)
@@ -413,7 +423,10 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         for n_block in range(n_blocks):
             # wait: S_g of tile j is in TMEM (and tile j-1's P_g V done). Pairs with the MMA
             # warp's tcgen05.commit (its arrive) on s_full[g]: one phase per tile, parity j % 2.
+            # timeline: S wait begin
             cute.arch.mbarrier_wait(s_full + q_tile, n_block % 2)
+            # timeline: S wait end
+            # timeline: softmax begin
             tcgen05_fence_after_thread_sync()
 
             # Online softmax on this thread's row, same formulas as h02; the row is whole in one
@@ -452,6 +465,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             # arrive: P_g written, O_g rescaled (p_full[g], this tile's phase; the MMA warp's wait
             # pairs with it). The tcgen05 fence orders our TMEM stores before the arrive.
             tcgen05_fence_before_thread_sync()
+            # timeline: softmax end
             cute.arch.mbarrier_arrive(p_full + q_tile)
 
         # wait: O is final. Pairs with the MMA warp's tcgen05.commit (its arrive) on o_full after

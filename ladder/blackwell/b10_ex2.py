@@ -321,7 +321,9 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             # kv_empty[s] after the P V MMAs of tile j - NUM_STAGES, the previous round: parity ^ 1.
             # In round 0 the fresh barrier's "previous phase" (parity 1) counts as complete, so
             # the load warp fills every stage without waiting.
+            # timeline: slot wait begin
             cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
+            # timeline: slot wait end
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive_and_expect_tx(kv_full + stage, kv_bytes)
             cute.copy(tma_K, tKgK[None, n_block], tKsK[None, stage], tma_bar_ptr=kv_full + stage)
@@ -360,14 +362,18 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         stage, parity = ring_position(0)
         # wait: K_0, V_0 landed in stage 0. Pairs with the load warp's expect-tx arrive (and the
         # TMA's bytes) on kv_full[0]: round 0, parity 0.
+        # timeline(0): K/V wait begin
         cute.arch.mbarrier_wait(kv_full + stage, parity)
+        # timeline(0): K/V wait end
         tcgen05_fence_after_thread_sync()
         for g in cutlass.range_constexpr(NUM_Q_TILES):
+            # timeline(0): S{g} begin
             for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                 tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
                 cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, stage], tStS[g])
             with cute.arch.elect_one():
                 tcgen05.commit(s_full + g)
+            # timeline(0): S{g} end
 
         # Steady state, iteration j: P_0 V(j-1) -> S_0(j) -> P_1 V(j-1) -> S_1(j). Each Q tile's
         # P V of the previous tile is followed at once by its own next S, so S_g(j) waits only for
@@ -381,12 +387,16 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                 # wait: P_g of tile j-1 in TMEM, O_g rescaled. Pairs with the arrives of all 128
                 # threads of softmax warpgroup g on p_full[g]: one phase per tile, tile j-1's
                 # parity (j-1) % 2.
+                # timeline(n_block - 1): P{g} wait begin
                 cute.arch.mbarrier_wait(p_full + g, (n_block - 1) % 2)
+                # timeline(n_block - 1): P{g} wait end
                 tcgen05_fence_after_thread_sync()
+                # timeline(n_block - 1): O{g} begin
                 for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
                     tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_block > 1 or kb != 0)
                     cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, prev_stage],
                               tOtO[g])
+                # timeline(n_block - 1): O{g} end
                 if g == NUM_Q_TILES - 1:
                     # Tile j-1's last MMAs are issued: stage s_{j-1} (K_{j-1}, V_{j-1}) is free once
                     # they complete. Tell the load warp.
@@ -396,29 +406,37 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                     # wait: K_j, V_j landed in stage s. Pairs with the load warp's expect-tx arrive
                     # (and the TMA's bytes) on kv_full[s]: one phase per round, the round's parity.
                     # Taken after P_0 V(j-1) is issued, so that MMA does not wait for the load.
+                    # timeline: K/V wait begin
                     cute.arch.mbarrier_wait(kv_full + stage, parity)
+                    # timeline: K/V wait end
                     tcgen05_fence_after_thread_sync()
                 # S_g(j) = Q_g K_j^T overwrites the columns P_g V(j-1), issued just before, reads
                 # P_g from. Nothing waits in between: only the issue order of one thread's
                 # tcgen05.mma keeps the read first (as in FA4; see the writeup). The commit covers
                 # both MMAs, so softmax g also learns that O_g's last P V is done.
+                # timeline: S{g} begin
                 for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                     tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
                     cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, stage], tStS[g])
                 with cute.arch.elect_one():
                     tcgen05.commit(s_full + g)
+                # timeline: S{g} end
 
         # Tail: the last tile's P V for both Q tiles.
         last_stage, _ = ring_position(n_blocks - 1)
         for g in cutlass.range_constexpr(NUM_Q_TILES):
             # wait: P_g of the last tile in TMEM, O_g rescaled. Pairs with softmax warpgroup g's
             # arrives on p_full[g]: the last tile's phase, parity (n_blocks-1) % 2.
+            # timeline(n_blocks - 1): P{g} wait begin
             cute.arch.mbarrier_wait(p_full + g, (n_blocks - 1) % 2)
+            # timeline(n_blocks - 1): P{g} wait end
             tcgen05_fence_after_thread_sync()
+            # timeline(n_blocks - 1): O{g} begin
             for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
                 tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_blocks > 1 or kb != 0)
                 cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, last_stage],
                           tOtO[g])
+            # timeline(n_blocks - 1): O{g} end
         # The last stage is free, and O final, once these MMAs complete: tell the load warp and the
         # softmax warpgroups.
         with cute.arch.elect_one():
@@ -477,7 +495,10 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         for n_block in range(n_blocks):
             # wait: S_g of tile j is in TMEM (and tile j-1's P_g V done). Pairs with the MMA
             # warp's tcgen05.commit (its arrive) on s_full[g]: one phase per tile, parity j % 2.
+            # timeline: S wait begin
             cute.arch.mbarrier_wait(s_full + q_tile, n_block % 2)
+            # timeline: S wait end
+            # timeline: softmax begin
             tcgen05_fence_after_thread_sync()
 
             # Online softmax on this thread's row; the row is whole in one thread, so no shuffles.
@@ -526,6 +547,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             # arrive: P_g written, O_g rescaled (p_full[g], this tile's phase; the MMA warp's wait
             # pairs with it). The tcgen05 fence orders our TMEM stores before the arrive.
             tcgen05_fence_before_thread_sync()
+            # timeline: softmax end
             cute.arch.mbarrier_arrive(p_full + q_tile)
 
         # wait: O is final. Pairs with the MMA warp's tcgen05.commit (its arrive) on o_full after

@@ -264,7 +264,9 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                 # consumer warps' arrives after P V on tile j - NUM_STAGES): parity ^ 1. In round
                 # 0 the fresh barrier's "previous phase" (parity 1) counts as complete, so the
                 # producer fills every stage without waiting.
+                # timeline: slot wait begin
                 cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
+                # timeline: slot wait end
                 with cute.arch.elect_one():
                     cute.arch.mbarrier_arrive_and_expect_tx(kv_full + stage, kv_bytes)
                 cute.copy(tma_K, tKgK[None, n_block], tKsK[None, stage], tma_bar_ptr=kv_full + stage)
@@ -316,11 +318,14 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             stage, parity = ring_position(n_block)
             # wait: K_j and V_j landed in stage s (kv_full[s] completes once per round: the
             # producer's expect-tx arrive for tile j plus the TMA's bytes): the round's parity.
+            # timeline: K/V wait begin
             cute.arch.mbarrier_wait(kv_full + stage, parity)
+            # timeline: K/V wait end
 
             # S = Q K^T: 8 wgmmas (one per 16 of the head dim), the first overwriting the
             # accumulator. fence: our register accesses before the async MMAs; commit + wait(0):
             # the group has finished, so acc_S may be read.
+            # timeline: QK^T begin
             warpgroup.fence()
             for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, kb != 0)
@@ -330,7 +335,9 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             # for S and runs its softmax.
             cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
             warpgroup.wait_group(0)
+            # timeline: QK^T end
 
+            # timeline: softmax begin
             # Online softmax, row by row: new max, rescale O and the running sum, exponentiate S.
             for r in cutlass.range_constexpr(rows_per_thread):
                 s_row = S_mn[r, None].load()
@@ -347,9 +354,13 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
 
             # P (bf16) stays in this thread's registers, already in the A-fragment layout.
             tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))
+            # timeline: softmax end
 
             # Take the turn back (the other warpgroup has issued its QK^T and handed over).
+            # timeline: turn wait begin
             cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)
+            # timeline: turn wait end
+            # timeline: PV begin
             # O += P V: 8 wgmmas (one per 16 keys), accumulating onto the rescaled O. The fence
             # also orders our register writes of P and O before the async MMAs read them.
             warpgroup.fence()
@@ -358,6 +369,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                 cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, stage], acc_O)
             warpgroup.commit_group()
             warpgroup.wait_group(0)
+            # timeline: PV end
             # arrive: this warp is done reading stage s (kv_empty[s], this round; the producer's
             # wait before tile j + NUM_STAGES pairs with it). One lane per warp: it counts warps.
             with cute.arch.elect_one():

@@ -270,7 +270,9 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                     # wait: K's slot in stage s' is free: k_empty[s'] completed the previous round
                     # (the 8 consumer warps' arrives after QK^T of tile j + 1 - NUM_STAGES):
                     # parity ^ 1; round 0 passes at once.
+                    # timeline: K slot wait begin
                     cute.arch.mbarrier_wait(k_empty + k_stage, k_parity ^ 1)
+                    # timeline: K slot wait end
                     with cute.arch.elect_one():
                         cute.arch.mbarrier_arrive_and_expect_tx(k_full + k_stage, k_bytes)
                     cute.copy(tma_K, tKgK[None, n_block + 1], tKsK[None, k_stage], tma_bar_ptr=k_full + k_stage)
@@ -278,7 +280,9 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                 # wait: V's slot in stage s is free: v_empty[s] completed the previous round (the
                 # 8 consumer warps' arrives after P V of tile j - NUM_STAGES): parity ^ 1; round
                 # 0 passes at once.
+                # timeline: V slot wait begin
                 cute.arch.mbarrier_wait(v_empty + stage, parity ^ 1)
+                # timeline: V slot wait end
                 with cute.arch.elect_one():
                     cute.arch.mbarrier_arrive_and_expect_tx(v_full + stage, v_bytes)
                 cute.copy(tma_V, tVgV[None, n_block], tVsV[None, stage], tma_bar_ptr=v_full + stage)
@@ -331,11 +335,14 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             stage, parity = ring_position(n_block)
             # wait: K_j landed in stage s (k_full[s] completes once per round: the producer's
             # expect-tx arrive for K_j plus the TMA's bytes): the round's parity.
+            # timeline: K wait begin
             cute.arch.mbarrier_wait(k_full + stage, parity)
+            # timeline: K wait end
 
             # S = Q K^T: 8 wgmmas (one per 16 of the head dim), the first overwriting the
             # accumulator. fence: our register accesses before the async MMAs; commit + wait(0):
             # the group has finished, so acc_S may be read.
+            # timeline: QK^T begin
             warpgroup.fence()
             for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, kb != 0)
@@ -345,11 +352,13 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             # for S and runs its softmax.
             cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
             warpgroup.wait_group(0)
+            # timeline: QK^T end
             # arrive: this warp's QK^T is done reading K_j (k_empty[s], this round; the
             # producer's wait before K_{j + NUM_STAGES} pairs with it). One lane: it counts warps.
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive(k_empty + stage)
 
+            # timeline: softmax begin
             # Online softmax, row by row: new max, rescale O and the running sum, exponentiate S.
             for r in cutlass.range_constexpr(rows_per_thread):
                 s_row = S_mn[r, None].load()
@@ -370,12 +379,18 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
 
             # P (bf16) stays in this thread's registers, already in the A-fragment layout.
             tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))
+            # timeline: softmax end
 
             # wait: V_j landed in stage s (v_full[s]: the producer's expect-tx arrive for V_j plus
             # the TMA's bytes): the round's parity.
+            # timeline: V wait begin
             cute.arch.mbarrier_wait(v_full + stage, parity)
+            # timeline: V wait end
             # Take the turn back (the other warpgroup has issued its QK^T and handed over).
+            # timeline: turn wait begin
             cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)
+            # timeline: turn wait end
+            # timeline: PV begin
             # O += P V: 8 wgmmas (one per 16 keys), accumulating onto the rescaled O. The fence
             # also orders our register writes of P and O before the async MMAs read them.
             warpgroup.fence()
@@ -384,6 +399,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                 cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, stage], acc_O)
             warpgroup.commit_group()
             warpgroup.wait_group(0)
+            # timeline: PV end
             # arrive: this warp's P V is done reading V_j (v_empty[s], this round; the producer's
             # wait before V_{j + NUM_STAGES} pairs with it). One lane per warp: it counts warps.
             with cute.arch.elect_one():

@@ -1,0 +1,337 @@
+"""Measured timelines: when each warp of one CTA begins and ends each phase of each K/V tile.
+
+A step names its phases with comment lines in its kernel, at the statement they bracket::
+
+    # timeline: softmax begin
+    ...
+    # timeline: softmax end
+
+Comments never reach the compiled kernel nor the code hash, so the step is measured as it is.
+``instrumented_source`` turns every marker line into a call that lane 0 of each warp of one CTA
+(block (0, 0, 0)) makes: read the SM's cycle counter (``clock64``) and store it at (warp, tile,
+phase, begin/end) of a small int64 buffer, a kernel argument the instrumented copy adds. The copy
+is built under build/timeline/ and run once at the benchmark shape of seqlen 8k (``measure``, on
+the GPU, in a child process); the intervals of the first ``KEPT_TILES`` tiles are recorded with
+provenance under "timelines" in the results file, with the instrumented kernel's own time next to
+the plain step's (the price of the probes) and its numerics.
+
+A marker names its K/V tile by ``n_block`` (the loop's tile) unless it says otherwise:
+``# timeline(n_block - 1): O{g} begin`` (a P V issued one iteration later), ``# timeline(0): ...``
+(the prologue). Its phase name may hold ``{g}``, the Q tile the enclosing ``for g in
+range(NUM_Q_TILES)`` loop is on (``S{g}`` becomes S0, S1). Phases are marked where they begin and
+end in one warp's program order: for an asynchronous MMA that is its issue, not its execution.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from harness import protocol
+from harness.markers import Marker, markers, phase_kind
+from harness.paths import BUILD, publish
+from harness.steps import Step, code_sha256
+
+BUILD_DIR = BUILD / "timeline"
+SEQLEN = 8192             # the middle benchmark shape: many tiles per CTA, a full GPU of CTAs
+KEPT_TILES = 16           # tiles per warp kept in the record (the steady state starts after a few)
+BUFFER = "mTimeline"      # the argument the instrumented kernel gets
+PROBE = protocol.PROBE    # the function each marker line becomes
+
+
+def phase_names(module, source: str) -> list[str]:
+    """Every phase the markers name, in order of first appearance, ``{g}`` expanded over the
+    module's NUM_Q_TILES."""
+    names: list[str] = []
+    for m in markers(source):
+        expanded = ([m.phase.replace("{g}", str(g)) for g in range(module.NUM_Q_TILES)]
+                    if "{g}" in m.phase else [m.phase])
+        names += [n for n in expanded if n not in names]
+    return names
+
+
+def check_markers(module, source: str) -> None:
+    """Each phase's markers alternate begin, end (in source order; a phase may be marked in the
+    prologue, the loop and the tail), each pair at one indentation and for one tile."""
+    found = markers(source)
+    if not found:
+        raise ValueError("the kernel has no `# timeline: <phase> begin|end` markers")
+    by_phase: dict[str, list[Marker]] = {}
+    for m in found:
+        by_phase.setdefault(m.phase, []).append(m)
+    for phase, ms in by_phase.items():
+        edges = [m.edge for m in ms]
+        if edges != [0, 1] * (len(ms) // 2) or len(ms) % 2:
+            found = ", ".join(f"{('begin', 'end')[m.edge]} at line {m.line}" for m in ms)
+            raise ValueError(f"phase {phase!r}: {found}; want begin, end pairs")
+        for b, e in zip(ms[::2], ms[1::2], strict=True):
+            if b.indent != e.indent or b.tile != e.tile:
+                raise ValueError(f"phase {phase!r}: begin (line {b.line}) and end (line {e.line}) are not in "
+                                 "the same block or name different tiles")
+        if "{g}" in phase and not hasattr(module, "NUM_Q_TILES"):
+            raise ValueError(f"phase {phase!r} uses {{g}} but the step has no NUM_Q_TILES")
+
+
+def _phase_expr(phase: str, names: list[str], module) -> str:
+    """The probe's phase index: a constant, or for a ``{g}`` phase the first Q tile's index + g."""
+    if "{g}" not in phase:
+        return str(names.index(phase))
+    index = [names.index(phase.replace("{g}", str(g))) for g in range(module.NUM_Q_TILES)]
+    if index != list(range(index[0], index[0] + len(index))):
+        raise ValueError(f"phase {phase!r}: its Q tiles are not consecutive phases")
+    return f"{index[0]} + g"
+
+
+SAMPLED = "_timeline_lane"  # 0 exactly on lane 0 of each warp of block (0, 0, 0): computed once per thread
+
+_PROBE = f'''
+
+@cute.jit
+def {PROBE}({BUFFER}: cute.Tensor, n_block, phase, edge: cutlass.Constexpr, sampled):
+    """GENERATED (harness/timeline.py): lane 0 of each warp of block (0, 0, 0) (``sampled`` is 0
+    there) stores the SM's cycle counter at (warp, tile, phase, edge)."""
+    if sampled == 0:
+        if n_block < cute.size({BUFFER}, mode=[1]):
+            tidx, _, _ = cute.arch.thread_idx()
+            {BUFFER}[tidx // 32, n_block, phase, edge] = cute.arch.clock64()
+'''
+
+# Where the kernel learns its thread index, it also works out once whether it is a sampled lane:
+# (block x + y + z) * 32 + lane, which is 0 only there. Each probe then costs one compare elsewhere.
+_SAMPLED_AT = "    tidx, _, _ = cute.arch.thread_idx()\n"
+_SAMPLED_LINE = (_SAMPLED_AT + f"    {SAMPLED} = (cute.arch.block_idx()[0] + cute.arch.block_idx()[1] + "
+                 "cute.arch.block_idx()[2]) * 32 + tidx % 32\n")
+
+# The buffer rides next to mO in host's and kernel's signatures and in the launch.
+_SIGNATURE_EDITS = ((r"(?<!\w)mO: cute\.Tensor,", f"mO: cute.Tensor, {BUFFER}: cute.Tensor,", 2),
+                    (r"(?<!\w)mO, softmax_scale", f"mO, {BUFFER}, softmax_scale", 1),
+                    (re.escape(_SAMPLED_AT), _SAMPLED_LINE, 1))
+
+
+def instrumented_source(module, source: str) -> str:
+    """The step's file with every marker replaced by a probe and the buffer threaded through."""
+    check_markers(module, source)
+    names = phase_names(module, source)
+    lines = source.splitlines()
+    for m in markers(source):
+        lines[m.line - 1] = (f"{m.indent}{PROBE}({BUFFER}, {m.tile}, {_phase_expr(m.phase, names, module)}, "
+                             f"{m.edge}, {SAMPLED})  # timeline: {m.phase} {['begin', 'end'][m.edge]}")
+    text = "\n".join(lines) + "\n"
+    for pattern, new, count in _SIGNATURE_EDITS:
+        found = len(re.findall(pattern, text))
+        if found != count:
+            raise ValueError(f"timeline: `{pattern}` occurs {found} times in the step, not {count}")
+        text = re.sub(pattern, lambda _m, new=new: new, text)
+    return text + _PROBE
+
+
+def materialize(step: Step) -> Path:
+    """Write the instrumented copy of ``step`` to build/timeline/<id>_timeline.py."""
+    source = step.path.read_text()
+    text = (f"# GENERATED by harness/timeline.py from {step.path.name}: every `# timeline:` marker is a probe.\n"
+            + instrumented_source(step.module, source))
+    return publish(BUILD_DIR / f"{step.id}_timeline.py", text)
+
+
+def instrumented_step(step: Step) -> Step:
+    from harness.steps import variant
+    return variant(materialize(step))
+
+
+def fingerprint(step: Step) -> dict:
+    """The step's fingerprint plus the instrumented copy's code: moving a marker makes a recorded
+    timeline stale even though the step's own hash ignores comments."""
+    return {**step.fingerprint, "instrumented": code_sha256(instrumented_source(step.module, step.path.read_text()))}
+
+
+def stale_reason(step: Step, record: dict) -> str | None:
+    """Why a recorded timeline no longer describes the step (its code, contract, DSL or markers)."""
+    from harness.results import stale_reason as row_stale_reason
+    reason = row_stale_reason(step, record)
+    if reason:
+        return reason
+    if record["fingerprint"].get("instrumented") != fingerprint(step)["instrumented"]:
+        return "its timeline markers moved"
+    return None
+
+
+def role_of(module, warp: int, phases=()) -> str:
+    """A warp's role: the step's own constant naming it (MMA_WARP = 8: "mma warp"), else its
+    warpgroup by what it does (the phases it ran)."""
+    for k, v in vars(module).items():
+        if k.endswith("_WARP") and isinstance(v, int) and not isinstance(v, bool) and v == warp:
+            return f"{k.removesuffix('_WARP').lower()} warp"
+    kind = ("consumer" if "QK^T" in phases else "softmax" if "softmax" in phases
+            else "producer" if any("slot wait" in p for p in phases) else "")
+    return f"{kind} warpgroup {warp // 4}".strip()
+
+
+def compile_sass(step: Step, arch: str):
+    """Compile the instrumented copy for ``arch`` on any machine (fake tensors) and read its SASS."""
+    import tempfile
+
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_tensor
+
+    from harness import sass
+    from ladder import contract
+
+    q, k, v, o, scale, stream = contract.fake_arguments()
+    buf = make_fake_tensor(cutlass.Int64, tuple(cute.sym_int() for _ in range(4)),
+                           (cute.sym_int64(), cute.sym_int64(), cute.sym_int64(), 1), assumed_align=16)
+    with tempfile.TemporaryDirectory() as tmp:       # the DSL writes nothing into a missing dump dir
+        contract.compile_host(instrumented_step(step).module.host, arch, f"--keep-cubin --dump-dir {tmp}",
+                              args=(q, k, v, o, buf, scale, stream))
+        (cubin,) = Path(tmp).glob("*.cubin")
+        return sass.read_cubin(cubin)
+
+
+# --------------------------------------------------------------------------------- on the GPU
+def measure(step_id: str) -> dict:
+    """Run the instrumented step once at the seqlen-8k benchmark shape and return its intervals."""
+    import time
+
+    import torch
+    from cuda.bindings import driver as cuda
+
+    from harness import workloads
+    from harness.provenance import collect
+    from harness.steps import resolve
+    from harness.timing import Timer
+    from ladder import contract
+    from reference.numerics import check_output
+
+    step = resolve(step_id)
+    probe = instrumented_step(step)
+    info = step.info
+    shape = workloads.bench_shape(SEQLEN)
+    q, k, v = workloads.make_qkv(shape, seed=7)
+    scale = contract.validate_inputs(info, q, k, v)
+    arch = info.arch_for_capability(torch.cuda.get_device_capability())
+    if arch is None:
+        raise ValueError(f"{step.id} targets {', '.join(info.archs)}; this GPU is not one")
+    names = phase_names(step.module, step.path.read_text())
+    n_blocks = SEQLEN // info.tile_n
+    buf = torch.zeros((info.threads // 32, n_blocks, len(names), 2), dtype=torch.int64, device="cuda")
+    out = torch.empty_like(q)
+    from cutlass.cute.runtime import from_dlpack
+    stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+    args = [contract.runtime_tensor(t) for t in (q, k, v, out)]
+    args.append(from_dlpack(buf, assumed_align=16).mark_layout_dynamic(leading_dim=3))
+    import cutlass
+    start = time.perf_counter()
+    compiled = contract.compile_host(probe.module.host, arch, args=(*args, cutlass.Float32(scale), stream))
+    compile_seconds = time.perf_counter() - start
+
+    def run_probe():
+        compiled(*args, cutlass.Float32(scale), stream)
+
+    for _ in range(3):                       # warm: the recorded run is not the first
+        buf.zero_()
+        run_probe()
+    torch.cuda.synchronize()
+    raw = buf.cpu()
+    rows = workloads.sampled_rows(SEQLEN, workloads.SAMPLED_ROWS, seed=SEQLEN).to(q.device)
+    numerics = check_output(out, q, k, v, rows=rows)
+    ms = Timer().compare({"step": lambda: step.module.attention(q, k, v), "instrumented": run_probe},
+                         budget_ms=200.0)
+    return {"step": step.id, "provenance": collect(), "fingerprint": fingerprint(step),
+            "shape": list(shape), "sampled_block": [0, 0, 0], "n_blocks": n_blocks,
+            "compile_seconds": compile_seconds, "numerics_passed": bool(numerics.passed),
+            "step_ms": ms["step"], "instrumented_ms": ms["instrumented"],
+            **reduce(step.module, names, raw.tolist())}
+
+
+def reduce(module, names: list[str], raw) -> dict:
+    """Raw (warp, tile, phase, edge) cycle counts -> per role (its lowest warp that recorded
+    anything: the warps of a warpgroup run in step), the role's name and its intervals
+    [tile, phase, begin, end] over the first KEPT_TILES tiles, in cycles from the earliest probe;
+    a phase a warp began must have ended, on every tile it ran."""
+    stamps = [c for warp in raw for tile in warp for phase in tile for c in phase if c]
+    if not stamps:
+        raise ValueError("no probe fired: the sampled block recorded nothing")
+    origin = min(stamps)
+    warps = []
+    for w, tiles in enumerate(raw):
+        intervals = []
+        for j, phases in enumerate(tiles[:KEPT_TILES]):
+            for p, (b, e) in enumerate(phases):
+                if bool(b) != bool(e):
+                    raise ValueError(f"warp {w} tile {j}: phase {names[p]!r} has a begin or an end, not both")
+                if b and e < b:
+                    raise ValueError(f"warp {w} tile {j}: phase {names[p]!r} ends before it begins")
+                if b:
+                    intervals.append([j, p, b - origin, e - origin])
+        if intervals:
+            ran = {names[p] for _, p, _, _ in intervals}
+            warps.append({"warp": w, "role": role_of(module, w, ran), "intervals": intervals})
+    return {"phases": names, "warps": lanes({"warps": warps})}
+
+
+# --------------------------------------------------------------------------------- reading it
+def lanes(record: dict) -> list[dict]:
+    """One warp per role: the lowest warp of each warpgroup or named role."""
+    kept, seen = [], set()
+    for w in record["warps"]:
+        if w["role"] not in seen:
+            seen.add(w["role"])
+            kept.append(w)
+    return kept
+
+
+def phase_medians(record: dict) -> dict[str, dict[str, float]]:
+    """Lane label -> phase -> median cycles over the tiles after the first two."""
+    import statistics
+    names, out = record["phases"], {}
+    for lane in lanes(record):
+        spans: dict[str, list[int]] = {}
+        for tile, p, b, e in lane["intervals"]:
+            if tile >= 2:
+                spans.setdefault(names[p], []).append(e - b)
+        out[f"{lane['role']} (warp {lane['warp']})"] = {n: statistics.median(v) for n, v in spans.items()}
+    return out
+
+
+def gemm_in_flight(record: dict) -> float | None:
+    """The share of time, from the first to the last GEMM of tiles 2 to KEPT_TILES - 3, during
+    which at least one GEMM was in flight: on Hopper a consumer's QK^T or PV phase (issue to
+    wait_group), in a simulation the tensor pipe's own lane. None for a measured Blackwell record,
+    whose MMA-warp phases are issue only."""
+    if record.get("tensor"):
+        spans = [(b, e) for tile, _, b, e in record["tensor"] if 2 <= tile < KEPT_TILES - 2]
+    elif any("mma warp" in lane["role"] for lane in record["warps"]):
+        return None
+    else:
+        spans = [(b, e) for lane in record["warps"] for tile, p, b, e in lane["intervals"]
+                 if phase_kind(record["phases"][p]) in ("qk", "pv") and 2 <= tile < KEPT_TILES - 2]
+    if not spans:
+        return None
+    spans.sort()
+    covered, (lo, hi) = 0, spans[0]
+    start = lo
+    for b, e in spans[1:]:
+        if b > hi:
+            covered += hi - lo
+            lo, hi = b, e
+        else:
+            hi = max(hi, e)
+    covered += hi - lo
+    return covered / (hi - start)
+
+
+def period(record: dict, phase: str | None = None) -> float | None:
+    """Median cycles between successive begins of ``phase`` (default: the first phase a consumer
+    runs every tile) on the first lane that runs it, over the tiles after the first two."""
+    import statistics
+    names = record["phases"]
+    for lane in lanes(record):
+        by_phase: dict[int, list[int]] = {}
+        for tile, p, b, _ in lane["intervals"]:
+            by_phase.setdefault(p, []).append((tile, b))
+        candidates = [names.index(phase)] if phase else sorted(by_phase)
+        for p in candidates:
+            starts = [b for tile, b in sorted(by_phase.get(p, [])) if tile >= 2]
+            if len(starts) >= 3:
+                return statistics.median(b - a for a, b in zip(starts, starts[1:], strict=False))
+    return None
