@@ -497,20 +497,25 @@ def cmd_profile(args) -> int:
         return 2
     if args.record and step.variant and not step.experiment:
         raise ValueError(f"{step.id} is a variant file, not a ladder step: its profile is not recorded")
-    with console.status(f"ncu on {step.id} at seqlen {args.seqlen}..."):
-        payload = profile(step.spec, args.seqlen)
-    table = Table(title=f"{step.id} at seqlen {args.seqlen} on {name} (ncu --clock-control none)")
+    with console.status(f"ncu on {step.id}{' and FA4' if args.with_fa4 else ''} at seqlen {args.seqlen}..."):
+        payloads = profile(step.spec, args.seqlen, with_fa4=args.with_fa4)
+    table = Table(title=f"seqlen {args.seqlen} on {name} (ncu --clock-control none, one run)")
     table.add_column("metric")
-    table.add_column("value", justify="right")
+    for payload in payloads:
+        table.add_column(payload["step"], justify="right")
+    reasons = list(dict.fromkeys(r for p in payloads for r, _ in stall_reasons(p["metrics"])))
     for metric, meaning in METRICS.items():
-        value = payload["metrics"].get(metric)
-        table.add_row(meaning, "n/a" if value is None else f"{value:,.1f}")
-    for reason, value in stall_reasons(payload["metrics"]):
-        table.add_row(f"warps stalled on {reason} per issued instruction", f"{value:.2f}")
+        table.add_row(meaning, *("n/a" if p["metrics"].get(metric) is None else f"{p['metrics'][metric]:,.1f}"
+                                 for p in payloads))
+    for reason in reasons:
+        key = f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
+        table.add_row(f"warps stalled on {reason} per issued instruction",
+                      *(f"{p['metrics'].get(key) or 0.0:.2f}" for p in payloads))
     console.print(table)
     if args.record:
-        results.record_profile(Path(args.record), payload)
-        console.print(f"recorded into {args.record}")
+        for payload in payloads:
+            results.record_profile(Path(args.record), payload)
+        console.print(f"recorded {', '.join(p['step'] for p in payloads)} into {args.record}")
     return 0
 
 
@@ -699,6 +704,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("profile", help="Nsight Compute counters for one step at one bench shape (GPU)")
     s.add_argument("step")
     s.add_argument("--seqlen", type=int, default=4096)
+    s.add_argument("--with-fa4", action="store_true",
+                   help="then stock FA4 on the same inputs, in the same process and ncu run")
     s.add_argument("--record", metavar="FILE")
     s.set_defaults(fn=cmd_profile)
     s = sub.add_parser("accuracy", help="a step's FMA-pipe exp2 emulation on the GPU against float64 "

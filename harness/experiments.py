@@ -31,6 +31,7 @@ class Experiment:
     question: str                              # what the measurement answers
     edits: tuple[tuple[str, str], ...]         # (old, new) exact texts, each old occurring once
     diagnostic: bool = False                   # wrong answers by design: a bound, not a kernel
+    scratch_stores: bool = False               # adds thread smem stores harness/smem_model.py does not model
 
 
 # --- edits shared by h04 and h05 (their main loops are the same text) ---------------------------
@@ -166,6 +167,22 @@ NO_PINGPONG = (
      "            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)\n", ""),
 )
 
+def _pin_before_wait_edits(indent: str, stat: str):
+    """Each consumer thread stores its two rows' ``stat`` (row_sum or row_max) to a scratch smem slot
+    right before wait_group(0); ptxas keeps shared-memory stores on their side of a
+    WARPGROUP.DEPBAR, so everything the stored values depend on runs before the wait, under the
+    P V in flight. row_sum adds up every exponential of its row (all of the tile's MUFU.EX2 and the
+    sum's FADD chain move before the wait); row_max needs only the max reductions (FMNMX, SHFL)."""
+    return (("        v_empty: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]\n",
+             "        v_empty: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]\n"
+             f"        {stat}_pin: cute.struct.MemRange[cutlass.Float32, 2 * 2 * WARPGROUP_THREADS]\n"),
+            (f"{indent}# wait_group(0): P V(j-1) is done: tOrP may be overwritten and acc_O read.\n",
+             f"{indent}pin = storage.{stat}_pin.get_tensor(cute.make_layout((2, 2 * WARPGROUP_THREADS)))\n"
+             f"{indent}pin[0, mma_tidx] = {stat}[0]\n"
+             f"{indent}pin[1, mma_tidx] = {stat}[1]\n"
+             f"{indent}# wait_group(0): P V(j-1) is done: tOrP may be overwritten and acc_O read.\n"))
+
+
 # A fraction of h10's exponentials computed on the FMA pipe instead of the SFU (MUFU.EX2), as FA4
 # does on Blackwell: clamp at -127, round down by adding 1.5 * 2^23 (add.rm), take the fraction,
 # evaluate a degree-3 polynomial for 2^frac (Horner, plain FFMA: sm_90 has no FFMA2; FA4's
@@ -243,6 +260,27 @@ EXPERIMENTS = {e.name: e for e in (
                "cost, without the persistence",
                (("    grid = (SM_COUNT, 1, 1)       # persistent: one CTA per SM; the kernel walks the work tiles\n",
                  "    grid = (cute.size(mQ.shape[1]) // TILE_M * cute.size(mQ.shape[0]) * cute.size(mQ.shape[2]), 1, 1)\n"),)),
+    Experiment("h12-pinned-exponentials", "h12",
+               "h12 with all of the softmax's exponentials (and the row sums' adds) before wait_group(0), "
+               "not mostly after it as ptxas schedules them", _pin_before_wait_edits(" " * 12, "row_sum"), scratch_stores=True),
+    Experiment("h13-pinned-exponentials", "h13", "h13 with all exponentials (and the row sums' adds) "
+               "before wait_group(0)", _pin_before_wait_edits(" " * 12, "row_sum"), scratch_stores=True),
+    Experiment("h14-pinned-exponentials", "h14", "h14 with all exponentials (and the row sums' adds) "
+               "before wait_group(0)", _pin_before_wait_edits(" " * 16, "row_sum"), scratch_stores=True),
+    Experiment("h14-pinned-max", "h14", "h14 with both rows' max reductions before wait_group(0), as "
+               "ptxas places them in h13 (in h14 it leaves one row's shuffles after the wait)",
+               _pin_before_wait_edits(" " * 16, "row_max"), scratch_stores=True),
+    Experiment("h14-uniform-descriptors", "h14",
+               "h14 with the wgmma operand fragments (smem descriptors) sliced by the warpgroup's first "
+               "thread, a warp-uniform value, as FA4 slices them: no R2UR before each HGMMA",
+               (("        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))\n"
+                 "        tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))\n"
+                 "        tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))\n",
+                 "        wg_first = cute.arch.make_warp_uniform(mma_tidx // WARPGROUP_THREADS) * WARPGROUP_THREADS\n"
+                 "        wg_mma, wg_mma_pv = tiled_mma.get_slice(wg_first), tiled_mma_pv.get_slice(wg_first)\n"
+                 "        tSrQ = wg_mma.make_fragment_A(wg_mma.partition_A(sQ))\n"
+                 "        tSrK = wg_mma.make_fragment_B(wg_mma.partition_B(sK))\n"
+                 "        tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))\n"),)),
     Experiment("h08-split-kv", "h08",
                "h08's 2-stage ring with K and V on separate full/empty barriers: S_j starts once K_j "
                "has landed, and K's stage is refilled right after S_j", _split_kv_edits(staged=True)),

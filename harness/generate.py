@@ -18,6 +18,7 @@ step's measured timeline, or for a Blackwell step without a B200 run its simulat
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -242,9 +243,20 @@ def stock_block() -> str:
     return "\n".join(lines) if lines else "No recorded results yet.\n"
 
 
+@dataclasses.dataclass(frozen=True)
+class _Stock:
+    """Stands in for a Step where a profile table names stock FA4 (profile.FA4) as a column."""
+    id: str
+
+
 def _current_profile(data: dict, step_id: str):
     """(step, profile) recorded in one results file, or (step, None) if absent; a profile of an
-    earlier version of the kernel (results.stale_reason) comes back as the string "stale"."""
+    earlier version of the kernel (results.stale_reason; for FA4, another flash-attn-4 or CuTe
+    DSL release) comes back as the string "stale"."""
+    from harness.profile import FA4, fa4_fingerprint
+    if step_id == FA4:
+        prof = data.get("profiles", {}).get(FA4)
+        return _Stock(FA4), ("stale" if prof and prof["fingerprint"] != fa4_fingerprint() else prof)
     step = resolve(step_id)
     prof = data.get("profiles", {}).get(step.id)
     if prof and results.is_stale(step, prof):
@@ -300,6 +312,8 @@ def store_model_rows(data: dict, names) -> list[dict]:
         metrics = prof.get("metrics", {}) if isinstance(prof, dict) else {}
         if metrics.get("smsp__sass_inst_executed_op_shared_st.sum") is None:
             continue
+        if step.experiment and experiments.get(step.experiment).scratch_stores:
+            continue                         # stores the model does not describe (the experiment's own)
         model = kernel_stores(step, bench_shape(prof["seqlen"]))
         warps = metrics["sm__warps_active.avg.pct_of_peak_sustained_active"] * 64 / 100
         out.append({"name": name, "model": model, "warps_per_sm": warps,
@@ -421,9 +435,13 @@ def profiles_block(*step_ids: str) -> str:
         lines.append(markdown_table(table, ["counter", *(f"{step.id}" for step, _ in found)]))
         seqlens = sorted({prof["seqlen"] for _, prof in found})
         dates = sorted({prof["provenance"]["date"][:10] for _, prof in found})
+        beside = [prof["beside"] for _, prof in found if prof.get("beside")]
+        runs = (f"FA4's column comes from the same process and ncu run as {beside[0]}'s "
+                f"(`ladder profile {beside[0]} --with-fa4 --record`); every other column is its own run"
+                if beside else "each column is its own ncu run")
         lines.append(f"\nseqlen {', '.join(map(str, seqlens))} (bench shape), {found[0][1]['provenance']['gpu']}, "
                      f"{' to '.join(dict.fromkeys([dates[0], dates[-1]]))}, `ladder profile <step> --record`; "
-                     "each column is its own ncu run.\n")
+                     f"{runs}.\n")
     return "\n".join(lines) if lines else "No recorded profiles yet.\n"
 
 
@@ -711,13 +729,17 @@ _VOLATILE_ROW = re.compile(r"^\|\s*(registers / thread|other|\*\*total\*\*[^|]*|
                            r"|^\w+ \(compiled, not yet run on a B200\): issue .*$", re.M)
 # The bound model's numbers (harness/bound_report.py) rest on issue counts, which move with the
 # registers for the reason above: a model number, its binding unit and the check's summary are not
-# compared either.
-_VOLATILE_MODEL = re.compile(r"\d+\.\d+ \(model[^|\n]*|binds on: [^.]*|^\| \w+ +\| [0-9.]+ +\| .*\(model\).*$"
+# compared either. In a row of the bound check (step | measured | predicted | binds | profile
+# columns) only the predicted and binds cells are: the measured and profiled ones are compared.
+_VOLATILE_MODEL = re.compile(r"\d+\.\d+ \(model[^|\n]*|binds on: [^.]*"
                              r"|^\|[^\n]*\(simulated\)[^\n]*$|^Simulated \(B200 unit rates[^\n]*$", re.M)
+_BOUND_ROW = re.compile(r"^(\| \w+ +\| [0-9.]+ +\| )[^|\n]*\(model\)[^|\n]*\|[^|\n]*\|(.*)$", re.M)
 
 
 def _settled(text: str) -> str:
-    return _VOLATILE_MODEL.sub("(model)", _VOLATILE_ROW.sub("(as compiled)", text))
+    text = _VOLATILE_ROW.sub("(as compiled)", text)
+    text = _BOUND_ROW.sub(lambda m: m.group(1) + "(model) | (model) |" + m.group(2), text)
+    return _VOLATILE_MODEL.sub("(model)", text)
 
 
 def refresh(path: Path, write: bool = True) -> bool:

@@ -2,6 +2,8 @@
 
 The evidence behind a writeup's "what limited this step": shared-memory bank conflicts, tensor-pipe
 activity, occupancy. Runs ``ncu`` on a child that calls the step at the shape; needs a GPU and ncu.
+With ``with_fa4`` the same child then calls stock FA4 on the same inputs, and the same ncu run
+profiles both kernels: the step's column and FA4's (key ``FA4``) come from one process.
 """
 
 from __future__ import annotations
@@ -43,8 +45,21 @@ STALL_SECTION = "WarpStateStats"
 STALL_METRIC = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 
 
-def run_target(step_id: str, seqlen: int) -> None:
-    """The profiled program: compile (first call), then one timed-by-ncu call at the bench shape."""
+FA4 = "FA4"        # stock FA4's key among the recorded profiles, and its column's name
+# Both the steps' kernels and FA4's are CuTe DSL kernels named after their @cute.kernel method.
+KERNEL_NAME = "regex:kernel_cutlass_kernel"
+
+
+def fa4_fingerprint() -> dict:
+    """What a recorded FA4 profile depends on besides the GPU (compare Step.fingerprint)."""
+    from harness.steps import cutlass_dsl_version
+    from reference.stock import fa4_version
+    return {"flash_attn_4": fa4_version(), "cutlass_dsl": cutlass_dsl_version()}
+
+
+def run_target(step_id: str, seqlen: int, with_fa4: bool = False) -> None:
+    """The profiled program: compile (first call), then one timed-by-ncu call at the bench shape;
+    with ``with_fa4``, FA4 on the same inputs after it (ncu profiles each kernel's first launch)."""
     import torch
 
     from harness import workloads
@@ -52,36 +67,58 @@ def run_target(step_id: str, seqlen: int) -> None:
     step = resolve(step_id)
     q, k, v = workloads.make_qkv(workloads.bench_shape(seqlen), seed=seqlen)
     step.module.attention(q, k, v)
+    if with_fa4:
+        from reference.stock import fa4_attention
+        torch.cuda.synchronize()
+        fa4_attention(q, k, v)
     torch.cuda.synchronize()
 
 
-def profile(step_spec: str, seqlen: int = 4096, timeout: float = 600) -> dict:
-    """``step_spec``: a step id, 'exp:<name>' or a variant path (Step.spec)."""
+def parse_csv(stdout: str) -> list[dict]:
+    """ncu's raw CSV page -> one {metric: value} per profiled kernel launch, in launch order."""
+    lines = [line for line in stdout.splitlines() if line.startswith('"')]
+    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    if len(rows) < 3:
+        return []
+    header = rows[0]                          # rows[1] holds units
+    launches = []
+    for values in rows[2:]:
+        metrics = {}
+        for name in [*METRICS, *(h for h in header if STALL_METRIC.match(h))]:
+            if name in header:
+                raw = values[header.index(name)].replace(",", "")
+                try:
+                    metrics[name] = float(raw)
+                except ValueError:
+                    metrics[name] = None
+        launches.append(metrics)
+    return launches
+
+
+def profile(step_spec: str, seqlen: int = 4096, timeout: float = 600, with_fa4: bool = False) -> list[dict]:
+    """``step_spec``: a step id, 'exp:<name>' or a variant path (Step.spec). One payload per
+    profiled kernel: the step's, then (``with_fa4``) FA4's from the same process."""
     ncu = shutil.which("ncu")
     if not ncu:
         raise RuntimeError("ncu (Nsight Compute) not found on PATH")
-    cmd = [ncu, "--clock-control", "none", "--csv", "--page", "raw", "--kernel-name", "regex:kernel_cutlass_kernel",
-           "--launch-count", "1", "--metrics", ",".join(METRICS), "--section", STALL_SECTION,
-           sys.executable, "-m", "harness.profile", step_spec, str(seqlen)]
+    launches = 2 if with_fa4 else 1
+    cmd = [ncu, "--clock-control", "none", "--csv", "--page", "raw", "--kernel-name", KERNEL_NAME,
+           "--launch-count", str(launches), "--metrics", ",".join(METRICS), "--section", STALL_SECTION,
+           sys.executable, "-m", "harness.profile", step_spec, str(seqlen), *(["--with-fa4"] if with_fa4 else [])]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=child_env(), timeout=timeout)
-    lines = [line for line in out.stdout.splitlines() if line.startswith('"')]
-    if out.returncode != 0 or len(lines) < 3:
-        raise RuntimeError(f"ncu failed ({out.returncode}): {(out.stdout + out.stderr)[-2000:]}")
-    rows = list(csv.reader(io.StringIO("\n".join(lines))))
-    header, values = rows[0], rows[-1]        # rows[1] holds units
-    metrics = {}
-    for name in [*METRICS, *(h for h in header if STALL_METRIC.match(h))]:
-        if name in header:
-            raw = values[header.index(name)].replace(",", "")
-            try:
-                metrics[name] = float(raw)
-            except ValueError:
-                metrics[name] = None
+    found = parse_csv(out.stdout)
+    if out.returncode != 0 or len(found) != launches:
+        raise RuntimeError(f"ncu failed ({out.returncode}, {len(found)} of {launches} kernels profiled): "
+                           f"{(out.stdout + out.stderr)[-2000:]}")
     from harness.provenance import collect
     from harness.steps import resolve
-    step = resolve(step_spec)
-    return {"step": step.id, "seqlen": seqlen, "metrics": metrics, "provenance": collect(),
-            "fingerprint": step.fingerprint}
+    step, prov = resolve(step_spec), collect()
+    payloads = [{"step": step.id, "seqlen": seqlen, "metrics": found[0], "provenance": prov,
+                 "fingerprint": step.fingerprint}]
+    if with_fa4:
+        payloads.append({"step": FA4, "seqlen": seqlen, "metrics": found[1], "provenance": prov,
+                         "fingerprint": fa4_fingerprint(), "beside": step.id})
+    return payloads
 
 
 def stall_reasons(metrics: dict, top: int = 6) -> list[tuple[str, float]]:
@@ -92,4 +129,4 @@ def stall_reasons(metrics: dict, top: int = 6) -> list[tuple[str, float]]:
 
 
 if __name__ == "__main__":
-    run_target(sys.argv[1], int(sys.argv[2]))
+    run_target(sys.argv[1], int(sys.argv[2]), with_fa4="--with-fa4" in sys.argv[3:])

@@ -41,6 +41,9 @@ NUMERICS_CASES = (
     NumericsCase("smallest", batch=1, seqlen_tiles=1, heads=1),
     NumericsCase("odd batch/heads", batch=3, seqlen_tiles=3, heads=5),
     NumericsCase("large-magnitude scores", batch=2, seqlen_tiles=4, heads=3, magnitude=3.0),
+    # More work tiles than the H200's 132 SMs, with an odd K/V tile count: a persistent kernel's
+    # CTAs walk two or three tiles each, and the ring's stages wrap differently per tile.
+    NumericsCase("more tiles than SMs", batch=1, seqlen_tiles=3, heads=100),
 )
 TINY_CASES = NUMERICS_CASES[:2]    # selfcheck: fast, still covers several CTAs and K/V tiles
 

@@ -143,3 +143,52 @@ def test_h12_and_fa4_run_most_exponentials_after_the_p_v_wait(fa4):
                        ("FA4", fa4.compile_fa4("sm_90a").sass.text)):
         between, after = _ex2_between_the_waits(text)
         assert 0 < between < after / 4, (name, between, after)
+
+
+def _sass(name: str) -> str:
+    from harness.compile import compile_step
+    from harness.steps import resolve
+    return compile_step(resolve(name), "sm_90a").sass.text
+
+
+def _between_the_waits(sass_text: str, opcode: str) -> int:
+    lines = sass_text.splitlines()
+    one = next(i for i, line in enumerate(lines) if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in line)
+    zero = next(i for i in range(one, len(lines)) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in lines[i])
+    return sum(f" {opcode}" in line for line in lines[one:zero])
+
+
+def test_a_row_sum_store_pins_every_exponential_before_the_p_v_wait():
+    """exp:h12-pinned-exponentials (h12's and h14's writeups): a shared-memory store of the row
+    sums before wait_group(0) keeps all 64 exponentials of the tile, and the sums, ahead of it."""
+    between, after = _ex2_between_the_waits(_sass("exp:h12-pinned-exponentials"))
+    assert (between, after) == (64 + 2, 0)        # 64 scores + 2 rows' rescale factors per thread
+
+
+def test_h14_leaves_a_row_max_shuffle_after_the_wait_and_the_max_pin_moves_it_back():
+    """h14's writeup: ptxas schedules h14's loop with part of one row's max reduction (its SHFL)
+    after wait_group(0), where h13 has both rows' shuffles before it; a store of the row maxima
+    (exp:h14-pinned-max) restores h13's order."""
+    assert _between_the_waits(_sass("h13"), "SHFL") == 4       # 2 rows x 2 butterfly steps
+    assert _between_the_waits(_sass("h14"), "SHFL") < 4
+    assert _between_the_waits(_sass("exp:h14-pinned-max"), "SHFL") == 4
+
+
+def test_fa4_builds_its_wgmma_descriptors_in_uniform_registers_and_h14_does_not(fa4):
+    """h14's writeup, where the gap to FA4 goes: per K/V tile, h14's loop moves each HGMMA's smem
+    descriptor from a per-thread register (R2UR, one per HGMMA) because its operand fragments are
+    sliced by thread; FA4 slices them by the warpgroup's first thread, a warp-uniform value, and so
+    does exp:h14-uniform-descriptors."""
+    def loop_ops(text):
+        loop, _, notes = sb.kv_loop(text, elements=64, rows=2)
+        assert loop is not None, notes
+        return [ins.opcode for ins in loop.inline]
+
+    def count(ops, prefix):
+        return sum(op.startswith(prefix) for op in ops)
+
+    ours, theirs = loop_ops(_sass("h14")), loop_ops(fa4.compile_fa4("sm_90a").sass.text)
+    uniform = loop_ops(_sass("exp:h14-uniform-descriptors"))
+    assert count(ours, "HGMMA") == count(theirs, "HGMMA") == count(uniform, "HGMMA") == 16
+    assert count(ours, "R2UR") == 16 and count(theirs, "R2UR") == 0 and count(uniform, "R2UR") == 0
+    assert len(theirs) < len(uniform) < len(ours)

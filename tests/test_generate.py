@@ -130,6 +130,43 @@ def test_profiles_block_lines_up_recorded_profiles_and_skips_stale_ones(tmp_path
     assert "no current profile of h02" in generate.profiles_block("01", "h02")
 
 
+def test_fa4_profile_from_the_same_run_is_a_column_and_goes_stale_with_the_release(tmp_path, monkeypatch):
+    from harness import results
+    from harness.profile import FA4, fa4_fingerprint
+    from harness.steps import resolve
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    prov = {"gpu": "NVIDIA H200", "capability": [9, 0], "date": "2026-01-01T00:00:00Z", "command": "ladder profile"}
+    results.record_profile(tmp_path / "h200.json", {"step": "h14", "seqlen": 4096, "provenance": prov,
+                                                    "metrics": {"gpu__time_duration.sum": 800.0},
+                                                    "fingerprint": resolve("h14").fingerprint})
+    assert "no current profile of FA4" in generate.profiles_block("h14", FA4)
+    results.record_profile(tmp_path / "h200.json", {"step": FA4, "seqlen": 4096, "provenance": prov, "beside": "h14",
+                                                    "metrics": {"gpu__time_duration.sum": 760.0},
+                                                    "fingerprint": fa4_fingerprint()})
+    block = generate.profiles_block("h14", FA4)
+    header, *rows = [line for line in block.splitlines() if line.startswith("| ")]
+    assert [c.strip() for c in header.split("|")[2:4]] == ["h14", "FA4"]
+    assert "760.0" in rows[0] and "same process and ncu run as h14's" in block
+    data = results.load(tmp_path / "h200.json")
+    data["profiles"][FA4]["fingerprint"]["flash_attn_4"] = "4.0.0b1"     # another FA4 release
+    (tmp_path / "h200.json").write_text(__import__("json").dumps(data))
+    assert "no current profile of FA4" in generate.profiles_block("h14", FA4)
+
+
+def test_ncu_csv_gives_one_metric_set_per_profiled_launch():
+    from harness.profile import parse_csv
+    stall = "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"
+    text = "\n".join(['==PROF== Connected to process 1',
+                      f'"ID","Kernel Name","gpu__time_duration.sum","{stall}"',
+                      '"","","nsecond","ratio"',
+                      '"0","kernel_cutlass_kernel_ladder_h14","802,176","1.55"',
+                      '"1","kernel_cutlass_kernel_flash_attn","760,000","1.20"'])
+    first, second = parse_csv(text)
+    assert first["gpu__time_duration.sum"] == 802176.0 and second["gpu__time_duration.sum"] == 760000.0
+    assert second[stall] == 1.2
+    assert parse_csv("==PROF== no kernels were profiled") == []
+
+
 def test_a_registers_only_difference_is_not_stale_but_any_other_is(tmp_path):
     """ptxas may allocate a different register count for the same PTX from run to run: the
     registers row alone must not make a writeup stale (or CI would flake); any other row must."""
@@ -235,3 +272,12 @@ def test_accuracy_block_renders_the_recorded_entry_and_marks_a_stale_one(tmp_pat
     results.record_accuracy(tmp_path / "h200.json", {**entry, "fingerprint": dict(entry["fingerprint"], emulation="0")})
     block = generate.render("accuracy b11")
     assert generate.STALE in block and "emulation's code changed" in block and "8.77e-05" not in block
+
+
+def test_a_bound_rows_measured_cells_are_compared_and_its_model_cells_are_not():
+    """The staleness check ignores the model's predicted and binds cells (they move with ptxas's
+    register allocation) but must see a new measurement in the same row."""
+    row = "| h14    | {measured}                               | {predicted} (model) | {binds} | 77%  | 39%  |"
+    base = generate._settled(row.format(measured="0.945", predicted="1.00", binds="tensor"))
+    assert generate._settled(row.format(measured="0.945", predicted="0.98", binds="chain: x")) == base
+    assert generate._settled(row.format(measured="0.953", predicted="1.00", binds="tensor")) != base

@@ -243,7 +243,7 @@ def test_h14_static_scheduler_covers_every_tile_once():
     block fastest. For work counts that do not divide the SM count (and smaller than it), every
     (m_block, head, batch) is taken by exactly one CTA, and consecutive tiles share (batch, head)."""
     m = resolve("h14").module
-    for m_blocks, heads, batch in ((32, 16, 4), (3, 5, 7), (1, 1, 1), (64, 16, 2), (7, 3, 1)):
+    for m_blocks, heads, batch in ((32, 16, 4), (3, 5, 7), (1, 1, 1), (64, 16, 2), (7, 3, 1), (3, 100, 1)):
         work = m_blocks * heads * batch
         seen = []
         for cta in range(m.SM_COUNT):
@@ -269,3 +269,19 @@ def test_h14_is_persistent():
         stores_done = [op for op in proto.warps[m.STORE_WARP] if op.kind == "arrive" and op.bar.name == "q_empty"]
         assert len(q_loads) == len(q_free) == len(stores_done) == tiles
         assert [op.value for op in q_free] == [(i % 2) ^ 1 for i in range(tiles)]
+
+
+def test_a_numerics_case_gives_h14_several_tiles_per_cta_with_an_odd_kv_tile_count():
+    """The GPU numerics (tests/test_gpu.py, `ladder table`) reach h14's multi-tile path where the
+    ring wraps differently in each work tile: more work tiles than CTAs, not a multiple of them,
+    and an odd number of K/V tiles."""
+    from harness.workloads import NUMERICS_CASES
+    h14 = resolve("h14")
+    mod, info = h14.module, h14.info
+
+    def covers(case):
+        batch, seqlen, heads, _ = case.shape_for(info)
+        tiles, n_blocks = (seqlen // mod.TILE_M) * heads * batch, seqlen // mod.TILE_N
+        return tiles > mod.SM_COUNT and tiles % mod.SM_COUNT and n_blocks % 2
+
+    assert any(covers(case) for case in NUMERICS_CASES)

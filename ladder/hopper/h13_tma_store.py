@@ -5,12 +5,12 @@ Change from h12: the epilogue no longer stores O from registers to global memory
 to bf16 and writes it into shared memory with ``stmatrix`` (STSM: a warp stores four 8x8 bf16
 matrices per instruction), into the buffer Q occupied, in Q's 128-byte-swizzled layout; every
 consumer thread fences its writes for the async proxy; a named barrier gathers the 256 consumer
-threads; then one thread issues a single TMA store of the whole 128 x 128 tile (UTMASTG) and waits
-until the TMA has read it out of shared memory before the CTA may exit.
+threads; then one warp issues the TMA store of the whole 128 x 128 tile (UTMASTG, one per
+64-column box) and waits until the TMA has read it out of shared memory before the CTA may exit.
 
 Why: h12's STG pattern writes each row as 4-byte pieces spread over the warp: 32 store
 instructions per thread, 8,192 per CTA, each address computed by the thread. A TMA store moves
-the same 32 KB in one instruction from one thread, in 128-byte rows, while the other warps are
+the same 32 KB in two instructions from one warp, in 128-byte rows, while the other warps are
 already done. Q's buffer is free by then: each consumer warpgroup reads only its own 64 rows of Q,
 its last QK^T has completed before its epilogue, and its O rows land on those same rows.
 
@@ -465,7 +465,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         if warp_idx == STORE_WARP:
             tOsO, tOgO = cpasync.tma_partition(tma_O, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
                                                cute.group_modes(gO, 0, 2))
-            # One TMA store of the whole tile (cute.copy of a TMA atom elects its issuing thread).
+            # One TMA store of the whole tile. The whole warp executes the copy; the store is a
+            # warp-level (uniform) instruction, one UTMASTG per box, as in FA4's epilogue.
             cute.copy(tma_O, tOsO, tOgO)
             # commit + wait(read): the TMA has read the tile out of smem, which the CTA may then
             # release at exit (the global writes themselves complete on their own).

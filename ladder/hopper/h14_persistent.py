@@ -6,7 +6,7 @@ CTA c takes work tiles c, c + grid, c + 2 grid, ... of the m_blocks x heads x ba
 query block fastest, then the head, then the batch (a static tile scheduler, as FA4's
 StaticPersistentTileScheduler), and runs h13's producer and consumers once per tile, with the K/V
 ring's positions counted across tiles so the producer keeps going. The Q buffer, which also holds
-O for its TMA store, gets an empty barrier: the store's thread arrives on it once the TMA has read
+O for its TMA store, gets an empty barrier: the store warp arrives on it once the TMA has read
 O, and the producer waits for it before loading the next tile's Q.
 
 Why: with one CTA per tile, every tile pays the CTA's start (barrier init, setmaxnreg, the first
@@ -20,6 +20,10 @@ Expect (arithmetic): at 4k a tile is 32 K/V tiles of ~3,000 cycles, and the firs
 epilogue of each CTA take a few thousand cycles: a few percent, about half as much at 8k and a
 quarter at 16k. The tiles per CTA also even out: 4k has 32 x 16 x 4 = 2,048 tiles, 15.5 per SM.
 Expect +1-4% over h13, most at 4k.
+
+Measured: slower than h13, not faster. The loop is h13's, nested one level deeper, and ptxas
+schedules it differently (one row's max reduction straddles wait_group(0)); the writeup takes the
+loss apart with experiments and profiles beside FA4's kernel.
 
 Evidence: ``ladder sass h14 --against h13``; tests/test_hopper_steps.py (grid = SM_COUNT, the
 tile loop in the SASS, the scheduler's tile order covers every tile once for shapes that do not
@@ -119,7 +123,7 @@ def make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout):
         sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sVt_layout)], SMEM_ALIGN]
         # mbarriers, two pairs per ring stage, one for its K tile and one for its V tile. full:
         # the TMA's bytes landed (1 arrival: the producer's expect-tx). empty: the consumers are
-        # done reading that tile (one arrival per consumer warp). Q is loaded once.
+        # done reading that tile (one arrival per consumer warp). Q: once per work tile.
         q_full: cute.struct.MemRange[cutlass.Int64, 1]
         q_empty: cute.struct.MemRange[cutlass.Int64, 1]   # sQ free again: the O store has read it
         k_full: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
@@ -263,7 +267,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     if warp_idx == 0:
         with cute.arch.elect_one():
             cute.arch.mbarrier_init(q_full, 1)
-            cute.arch.mbarrier_init(q_empty, 1)      # the TMA-store thread's arrive
+            cute.arch.mbarrier_init(q_empty, 1)      # the TMA-store warp's arrive (one lane)
             for stage in cutlass.range_constexpr(NUM_STAGES):
                 for full, empty in ((k_full, k_empty), (v_full, v_empty)):
                     cute.arch.mbarrier_init(full + stage, 1)
@@ -294,8 +298,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                 tKsK, tKgK = tma_partition(tma_K, sK, gK)
                 tVsV, tVgV = tma_partition(tma_V, sVt, gVt)
 
-                # K_0 first, before Q: its stage is free as soon as the previous work tile's QK^T of
-                # two K tiles back is done, so it loads while the consumers still run the previous
+                # K_0 first, before Q: its stage is free as soon as the QK^T of the K tile two ring
+                # positions back (in the previous work tile) is done, so it loads while the consumers still run the previous
                 # tile's epilogue (n_blocks >= 1: the contract requires seqlen to be a positive
                 # multiple of TILE_N). Then each iteration loads K_{j+1} before V_j (h12's order).
                 # K/V tile j of this work tile is ring position kv0 + j: the ring's count goes on
@@ -322,7 +326,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                     if n_block + 1 < n_blocks:
                         k_stage, k_parity = ring_position(kv0 + n_block + 1)
                         # wait: K's slot in stage s' is free: k_empty[s'] completed the previous round
-                        # (the 8 consumer warps' arrives after QK^T of tile j + 1 - NUM_STAGES):
+                        # (the 8 consumer warps' arrives after QK^T of ring position p + 1 - NUM_STAGES,
+                        # p = kv0 + j, which may lie in an earlier work tile):
                         # parity ^ 1; round 0 passes at once.
                         # timeline: K slot wait begin
                         cute.arch.mbarrier_wait(k_empty + k_stage, k_parity ^ 1)
@@ -332,7 +337,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                         cute.copy(tma_K, tKgK[None, n_block + 1], tKsK[None, k_stage], tma_bar_ptr=k_full + k_stage)
                     stage, parity = ring_position(kv0 + n_block)
                     # wait: V's slot in stage s is free: v_empty[s] completed the previous round (the
-                    # 8 consumer warps' arrives after P V of tile j - NUM_STAGES): parity ^ 1; round
+                    # 8 consumer warps' arrives after P V of ring position p - NUM_STAGES): parity ^ 1; round
                     # 0 passes at once.
                     # timeline: V slot wait begin
                     cute.arch.mbarrier_wait(v_empty + stage, parity ^ 1)
@@ -394,7 +399,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             # ---- First half K/V tile: S_0 and its softmax; no P V yet.
             stage, parity = ring_position(kv0)
             # wait: K_0 landed (pairs with the producer's expect-tx arrive on k_full and the TMA's
-        # bytes; ring position 0 of this tile: its round's parity).
+            # bytes; ring position kv0: its round's parity).
             cute.arch.mbarrier_wait(k_full + stage, parity)
             # Take the first turn (warpgroup 0: the pre-arrive above; warpgroup 1: warpgroup 0's
             # hand-over after its first QK^T).
@@ -408,7 +413,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
             warpgroup.wait_group(0)
             # timeline(0): QK^T end
-            # arrive: this warp's QK^T is done reading K_0 (k_empty[0], round 0). One lane: it counts warps.
+            # arrive: this warp's QK^T is done reading K_0 (k_empty of ring position kv0). One lane: it
+            # counts warps.
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive(k_empty + stage)
             # timeline(0): softmax begin
@@ -422,7 +428,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                 stage, parity = ring_position(kv0 + n_block)
                 prev_stage, prev_parity = ring_position(kv0 + n_block - 1)
                 # wait: K_j landed in stage s (pairs with the producer's expect-tx arrive on k_full[s];
-            # the round's parity).
+                # the round's parity).
                 cute.arch.mbarrier_wait(k_full + stage, parity)
                 cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)
 
@@ -436,8 +442,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                     cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb, stage], acc_S)
                 warpgroup.commit_group()
                 # wait: V_{j-1} landed (pairs with the producer's expect-tx arrive on v_full; tile
-            # j-1's round parity). Taken after QK^T is
-                # issued, so S_j does not wait for V's bytes.
+                # j-1's round parity). Taken after QK^T is issued, so S_j does not wait for V's bytes.
                 cute.arch.mbarrier_wait(v_full + prev_stage, prev_parity)
                 # O += P_{j-1} V_{j-1}, issued right behind S_j without waiting (group 2 of 2).
                 # timeline(n_block - 1): PV begin
@@ -512,14 +517,15 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             if warp_idx == STORE_WARP:
                 tOsO, tOgO = cpasync.tma_partition(tma_O, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
                                                    cute.group_modes(gO, 0, 2))
-                # One TMA store of the whole tile (cute.copy of a TMA atom elects its issuing thread).
+                # One TMA store of the whole tile. The whole warp executes the copy; the store is a
+                # warp-level (uniform) instruction, one UTMASTG per box, as in FA4's epilogue.
                 cute.copy(tma_O, tOsO, tOgO)
-                # commit + wait(read): the TMA has read the tile out of smem, which the CTA may then
-                # release at exit (the global writes themselves complete on their own).
+                # commit + wait(read): the TMA has read the tile out of smem, so sQ may take the next
+                # work tile's Q, or the CTA exit (the global writes complete on their own).
                 cute.arch.cp_async_bulk_commit_group()
                 cute.arch.cp_async_bulk_wait_group(0, read=True)
                 # arrive: sQ is free for the next work tile's Q (q_empty; the producer's wait pairs
-                # with it). sync_warp first: the lane that issued the store has passed its wait.
+                # with it). sync_warp first: every lane of the warp has passed its wait.
                 cute.arch.sync_warp()
                 with cute.arch.elect_one():
                     cute.arch.mbarrier_arrive(q_empty)
