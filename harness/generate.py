@@ -12,8 +12,9 @@ Kinds: ``results <step>``, ``sass <step> [<against>]``, ``table <track>``, ``sto
 ``budget <step> ...`` (the softmax's main-loop instructions per score element, by class, from the SASS),
 ``accuracy <step>`` (the measured error of the step's FMA-pipe exp2 emulation, ``ladder accuracy``),
 ``bound hopper`` (the bound model against every measured Hopper step), ``timeline <step>`` (the
-step's measured timeline, or for a Blackwell step without a B200 run its simulation) and
-``timeline-check hopper`` (measured against simulated cycles per tile).
+step's measured timeline, or for a Blackwell step without a B200 run its simulation),
+``timeline-check hopper`` (measured against simulated cycles per tile) and ``roles <step>``
+(registers, spills and telling instructions of each setmaxnreg region of the SASS).
 """
 
 from __future__ import annotations
@@ -137,6 +138,33 @@ def sass_block(step_id: str, against: str | None = None) -> str:
         table.append(["TMEM columns / CTA", *(s.info.tmem_cols or 0 for s, _ in columns)])
     return markdown_table([[str(c) for c in r] for r in table], headers) + "\n"
 
+
+
+def _role_of(region, by_registers: dict) -> str:
+    """A setmaxnreg region's role: the INFO ``registers`` key with its count; where several roles
+    share a count ("other"), the instructions say which one it is."""
+    if region.registers is None:
+        return "before the roles split"
+    name = by_registers.get(region.registers, "?")
+    if name == "other":
+        found = [role for role, op in (("MMA", "UTCHMMA"), ("load", "UTMALDG")) if region.count(op)]
+        name = f"other: {' and '.join(found)} warps" if found else "other: warps without a role"
+    return name
+
+
+def roles_block(step_id: str) -> str:
+    """``roles bNN``: per role (a setmaxnreg region of the SASS), its registers, spill stores and
+    loads, and the instructions that say what the role does."""
+    from harness.compile import compile_step
+    from harness.sass import ROLE_OPCODES, register_regions
+    step = resolve(step_id)
+    by_registers = {n: role for role, n in step.info.extra.get("registers", {}).items()}
+    report = compile_step(step, step.info.archs[0])
+    rows = [[_role_of(r, by_registers), str(r.registers or report.registers), *(str(r.count(op)) for op in ROLE_OPCODES)]
+            for r in register_regions(report.sass.text)]
+    return (markdown_table(rows, ["role (setmaxnreg region)", "registers", *(f"`{op}`" for op in ROLE_OPCODES)])
+            + f"\n\n`{step.id}` compiled for {step.info.archs[0]}: the SASS split at each `USETMAXREG`, in address "
+            "order; registers before the split are the launch's.\n")
 
 def _files_for(track: str) -> dict[str, dict]:
     """The results files (GPU key -> contents) measured on a GPU that runs ``track``'s own steps."""
@@ -707,7 +735,7 @@ def render(spec: str) -> str:
               "experiments": experiments_block, "checks": checks_block, "stock": stock_block, "smem": smem_block,
               "stores": stores_block, "banks": banks_block, "tmem": tmem_block,
               "code": code_block, "budget": budget_block, "accuracy": accuracy_block, "bound": bound_block,
-              "timeline": timeline_block, "timeline-check": timeline_check_block}
+              "timeline": timeline_block, "timeline-check": timeline_check_block, "roles": roles_block}
     if kind not in blocks:
         raise ValueError(f"unknown generated block kind {kind!r}")
     return blocks[kind](*args)

@@ -40,8 +40,8 @@ DOCUMENTED: dict[str, dict[tuple[str, str], str]] = {
             "between them. " + _FA4_ORDER,
     },
 }
-# b09's order, kept by b10 and b11 (their change is in the softmax): S_g(j) is issued right after
-# P_g V(j-1), with at most the kv_full wait of the *next* tile between them.
+# b09's order, kept by b10-b12 (their changes are in the softmax and the correction): S_g(j) is
+# issued right after P_g V(j-1), with at most the kv_full wait of the *next* tile between them.
 _ALTERNATING = {
     ("O0 += P0·B reads P0 in S0", "S0 written"):
         "S0(j) = Q0·K(j) is issued right after O0 += P0·V(j-1) and overwrites the columns it reads P0 from; "
@@ -50,7 +50,7 @@ _ALTERNATING = {
         "S1(j) = Q1·K(j) is issued right after O1 += P1·V(j-1) (and the commit that frees its K/V stage) and "
         "overwrites the columns it reads P1 from, with no wait between them. " + _FA4_ORDER,
 }
-DOCUMENTED.update({step: _ALTERNATING for step in ("b09", "b10", "b11")})
+DOCUMENTED.update({step: _ALTERNATING for step in ("b09", "b10", "b11", "b12")})
 
 
 @dataclass(frozen=True)

@@ -196,9 +196,13 @@ class _Walk:
                 self.bind(t, v)
 
     def forget(self, target):
-        for n in ast.walk(target):
-            if isinstance(n, ast.Name) and n.id not in _PARAMS:
-                self.env.pop(n.id, None)
+        """An assignment the walk cannot evaluate unbinds the names it assigns; an element store
+        (``t[i] = x``, ``o.f = x``) rebinds nothing: the names in its index stay known."""
+        if isinstance(target, ast.Name) and target.id not in _PARAMS:
+            self.env.pop(target.id, None)
+        elif isinstance(target, (ast.Tuple, ast.List, ast.Starred)):
+            for t in (target.elts if not isinstance(target, ast.Starred) else [target.value]):
+                self.forget(t)
 
     # ---- statements
     def block(self, stmts):

@@ -27,6 +27,7 @@ MECHANISMS: tuple[tuple[str, str, str], ...] = (
     ("WARPGROUP.ARRIVE", r"WARPGROUP\.ARRIVE\b", "wgmma fence"),
     ("WARPGROUP.DEPBAR", r"WARPGROUP\.DEPBAR\b", "wgmma wait"),
     ("USETMAXREG", r"USETMAXREG\b", "setmaxnreg"),
+    ("VOTE", r"VOTE\b", "warp vote, per-thread predicate"),
     ("BAR", r"BAR\b", "named/CTA barrier"),
     ("BAR.ARV", r"BAR\.ARV\b", "named-barrier arrive, no wait"),
     ("LDSM", r"LDSM\b", "ldmatrix"),
@@ -250,3 +251,35 @@ def expect_tx_bytes(ptx: str) -> list[int]:
             raise ValueError(f"expect_tx count {operand} is not a constant")
         counts.append(int(value))
     return counts
+
+
+# setmaxnreg in SASS: USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xc0 (increase to 192) or
+# USETMAXREG.DEALLOC.CTAPOOL 0x50 (decrease to 80). A warp's code after its setmaxnreg is its role's.
+_SETMAXREG = re.compile(r"USETMAXREG\.(TRY_ALLOC|DEALLOC)\S*\s+(?:U?P\w+,\s*)?(0x[0-9a-f]+|\d+)")
+ROLE_OPCODES = ("STL", "LDL", "LDTM", "STTM", "MUFU.EX2", "UTCHMMA", "VOTE", "BAR.SYNC", "BAR.ARV")
+
+
+@dataclass(frozen=True)
+class RegisterRegion:
+    """The SASS from one setmaxnreg to the next (or to the end): one role's code in a kernel whose
+    roles each start with their own setmaxnreg (region 0, ``registers`` None, is the code before)."""
+    registers: int | None
+    lines: tuple[str, ...]
+
+    def count(self, opcode: str) -> int:
+        """Instructions whose opcode is ``opcode`` or starts with ``opcode.``."""
+        pattern = re.compile(rf"(?:^|[\s;}}])(?:@!?U?P\w+\s+)?{re.escape(opcode)}(?:\.\S*)?\s")
+        return sum(bool(pattern.search(line)) for line in self.lines)
+
+
+def register_regions(sass_text: str) -> list[RegisterRegion]:
+    """Split a kernel's SASS at every USETMAXREG, in address order."""
+    regions, registers, current = [], None, []
+    for line in sass_text.splitlines():
+        m = _SETMAXREG.search(line)
+        if m:
+            regions.append(RegisterRegion(registers, tuple(current)))
+            registers, current = int(m.group(2), 0), []
+        current.append(line)
+    regions.append(RegisterRegion(registers, tuple(current)))
+    return regions

@@ -2,13 +2,16 @@
 
 ``attention_ref`` is the exact softmax(QK^T * scale) V, in fp32 (the ground truth) or with bf16
 operands (FA4's yardstick for how much error bf16 itself costs). ``attention_online`` computes the
-same thing the way every ladder kernel does: one pass over K/V tiles with a running max and sum.
+same thing the way every ladder kernel does: one pass over K/V tiles with a running max and sum;
+``attention_online_mirror`` is that loop as the kernels round it (bf16 P) with FA4's Blackwell
+conditional rescaling.
 Both run on CPU or GPU; long sequences are processed in query chunks to bound memory.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -63,3 +66,58 @@ def attention_online(q, k, v, softmax_scale=None, *, block_n=128):
         o = o * rescale + torch.matmul(p, vh[:, :, start:start + block_n])
         m = m_new
     return _heads_first(o / row_sum)
+
+
+class RescaleStats(NamedTuple):
+    """What ``attention_online_mirror(..., return_stats=True)`` counted over (row, K/V tile) pairs after the first tile."""
+    applied: int      # O and the row sum were rescaled (the running max moved)
+    max_grew: int     # the tile's row max exceeded every earlier score (threshold 0 rescales exactly these)
+    p_max: float      # largest P value (fp32, before rounding): at most 2**rescale_threshold unless it overflowed
+
+
+def attention_online_mirror(q, k, v, softmax_scale=None, *, block_n=128, rescale_threshold: float = 0.0,
+                            p_dtype=None, return_stats: bool = False):
+    """``attention_online`` as the kernels round it: the same walk, O and l rescaled when m moves.
+
+    ``rescale_threshold`` (log2 units) mirrors FA4's conditional rescaling (SoftmaxSm100, 8.0 for 16-bit
+    inputs) and the b12 kernel: if a tile's row max m_cand gives d = (m - m_cand) * scale * log2(e) >=
+    -threshold, m is kept and nothing is rescaled (P then reaches up to 2**threshold); otherwise m = m_cand
+    and O, l are scaled by 2**d. The default 0 rescales whenever the max grows.
+    ``p_dtype``: None (default) keeps everything fp32, bit for bit ``attention_online``. torch.bfloat16 mirrors
+    the kernels: q, k, v rounded to it; P = exp2(s*c - m*c) with c = scale * log2(e) is added to l in fp32
+    but rounded to it before P V (fp32 accumulate); the output is returned in it.
+    ``return_stats=True`` also returns a ``RescaleStats``.
+    """
+    scale = default_scale(q.shape[-1]) if softmax_scale is None else softmax_scale
+    scale_log2 = scale * math.log2(math.e)
+    qh, kh, vh = (_heads_first(x if p_dtype is None else x.to(p_dtype)).float() for x in (q, k, v))
+    b, h, sq, d = qh.shape
+    m = m_seen = row_sum = None
+    o = torch.zeros((b, h, sq, d), device=q.device)
+    applied = grew = 0
+    p_max = 0.0
+    for start in range(0, kh.shape[2], block_n):
+        s = torch.matmul(qh, kh[:, :, start:start + block_n].transpose(-1, -2))
+        m_tile = s.amax(dim=-1, keepdim=True)
+        if m is None:                                     # first tile: nothing to rescale
+            m = m_seen = m_tile
+            alpha = torch.zeros_like(m)
+        else:
+            grew += int((m_tile > m_seen).sum())          # the true running max grew
+            m_seen = torch.maximum(m_seen, m_tile)
+            m_cand = torch.maximum(m, m_tile)
+            dlog2 = (m - m_cand) * scale_log2             # <= 0
+            keep = dlog2 >= -rescale_threshold
+            alpha = torch.exp(scale * (m - m_cand)) if p_dtype is None else torch.exp2(dlog2)
+            alpha = torch.where(keep, 1.0, alpha)
+            applied += int((~keep).sum())
+            m = torch.where(keep, m, m_cand)
+            row_sum = row_sum * alpha
+        p = torch.exp(scale * (s - m)) if p_dtype is None else torch.exp2(s * scale_log2 - m * scale_log2)
+        p_max = max(p_max, p.max().item())
+        row_sum = p.sum(dim=-1, keepdim=True) + (0.0 if row_sum is None else row_sum)
+        p_mma = p if p_dtype is None else p.to(p_dtype).float()
+        o = o * alpha + torch.matmul(p_mma, vh[:, :, start:start + block_n])
+    out = _heads_first(o / row_sum)
+    out = out if p_dtype is None else out.to(p_dtype)
+    return (out, RescaleStats(applied, grew, p_max)) if return_stats else out

@@ -6,6 +6,7 @@ arrival counts the model reads from the source are the ones the compiled PTX ini
 The model must be able to fail: each broken copy below is a bug a kernel could have (three of
 them are bugs these kernels had)."""
 
+import ast
 import inspect
 
 import pytest
@@ -220,3 +221,36 @@ def test_waiting_for_the_other_warpgroups_p_first_brings_the_coupling_back():
     assert source.count(pv_wait) == 1
     broken = source.replace(pv_wait, "cute.arch.mbarrier_wait(p_full + (NUM_Q_TILES - 1 - g), (n_block - 1) % 2)")
     assert any(f.startswith("softmax0 waits for softmax1") for f in _softmax_cross_waits(step, source=broken))
+
+
+def test_b12_pairs_each_softmax_warp_with_the_correction_warp_of_its_lanes():
+    """Named barrier 1 + 4g + i: softmax warp 4g + i arrives (bar.arrive) once per tile, correction
+    warp 8 + i waits (bar.sync) once per tile; nobody else touches it."""
+    n = 3
+    proto = protocol.extract(resolve("b12").module, n)
+    for g in range(2):
+        for i in range(4):
+            barrier = 1 + 4 * g + i
+            for w, ops in enumerate(proto.warps):
+                syncs = sum(op.kind == "sync" and op.value == barrier for op in ops)
+                arrives = sum(op.kind == "bar_arrive" and op.value == barrier for op in ops)
+                expected = (0, n) if w == 4 * g + i else (n, 0) if w == 8 + i else (0, 0)
+                assert (syncs, arrives) == expected, (barrier, w)
+
+
+def test_b12_without_the_mma_waiting_for_o_ready_a_softmax_warp_can_overtake_its_correction():
+    """The chain that keeps a softmax warp from arriving twice before its correction warp waits
+    runs through the MMA warp's wait on o_ready: without it the replay finds the double arrive
+    (or o_ready completing with nobody waiting)."""
+    module, source = _broken("b12", ("                cute.arch.mbarrier_wait(o_ready + g, (n_block - 1) % 2)\n", ""),
+                             ("            cute.arch.mbarrier_wait(o_ready + g, (n_blocks - 1) % 2)\n", ""))
+    with pytest.raises(ProtocolError):
+        _replay(module, source)
+
+
+def test_an_element_store_the_walk_cannot_evaluate_keeps_its_index_names():
+    """`s_scale[q_tile * TILE_M + row] = rescale` (a value the walk cannot know) must not make
+    q_tile unknown to the barrier ids after it (b12's softmax)."""
+    walk = protocol._Walk(resolve("b12").module, [], warp=5, n_blocks=1, threads=512)
+    walk.block(ast.parse("q_tile = warp_idx // 4\ns[q_tile * 128 + row] = unknown\nt, u = unknown").body)
+    assert walk.env["q_tile"] == 1 and "t" not in walk.env

@@ -3,6 +3,8 @@ UMMA descriptors and which warp may touch which TMEM lanes, checked on the compi
 SASS) and on the step's own layouts and copies (CuTe's layout algebra, evaluated on the host).
 No Blackwell GPU runs here: these steps are compiled, not yet run on a B200."""
 
+import re
+
 import pytest
 from conftest import STEPS, step_id
 
@@ -363,9 +365,13 @@ def test_every_mma_addresses_tmem_from_the_allocated_base(step):
     address tcgen05.alloc returned plus a column offset, never a bare constant: a constant only
     works while the allocation happens to start at column 0 (a P V operand built from a fresh
     fragment is such a constant). The offsets are the TMEM map's."""
-    addresses = sass.umma_tmem_addresses(_ptx(step))
-    assert addresses and len({base for _, base, _ in addresses}) == 1
-    assert None not in {base for _, base, _ in addresses}, "a TMEM address built from a constant"
+    ptx = _ptx(step)
+    addresses = sass.umma_tmem_addresses(ptx)
+    assert addresses and None not in {base for _, base, _ in addresses}, "a TMEM address built from a constant"
+    # Every base is the allocated address read back from the shared-memory slot tcgen05.alloc
+    # wrote: one load, or (b12 on, where setmaxnreg separates the roles' code) one per role.
+    loaded = set(re.findall(r"ld\.shared\.b32\s+(%r\d+),", ptx))
+    assert {base for _, base, _ in addresses} <= loaded, f"{step.id}: a TMEM base not loaded from smem"
     tmem_map = step.info.extra["tmem_map"]
     assert {off for operand, _, off in addresses if operand == "D"} == {start for start, _ in tmem_map.values()}
     aliases = step.info.extra.get("tmem_aliases", {})
@@ -373,3 +379,66 @@ def test_every_mma_addresses_tmem_from_the_allocated_base(step):
         if operand == "A":
             assert any(tmem_map[host][0] + lo <= off < tmem_map[host][0] + lo + cols
                        for host, lo, cols in aliases.values()), f"{step.id}: A at column {off}"
+
+
+def _roles_by_registers(step):
+    """{registers after setmaxnreg: [RegisterRegion, ...]} of the step's sm_100a SASS."""
+    regions = {}
+    for region in sass.register_regions(compile_step(step, ARCH).sass.text):
+        regions.setdefault(region.registers, []).append(region)
+    return regions
+
+
+def test_b12_splits_the_register_file_between_four_whole_warpgroups():
+    """16 warps, four whole warpgroups (setmaxnreg acts per warpgroup): softmax 0-7 raise their
+    registers to 192, the correction warpgroup 8-11 drops to 80, the MMA, load and two idle warps to
+    48 in one setmaxnreg taken before they part ways; together exactly the register file (512
+    threads x 128 at launch = 65,536)."""
+    step = resolve("b12")
+    mod, extra = step.module, step.info.extra
+    roles = extra["warp_roles"]
+    assert sorted(w for warps in roles.values() for w in warps) == list(range(16))
+    assert roles["correction"] == (8, 9, 10, 11) and roles["mma"] == (12,) and roles["load"] == (13,)
+    per_group = {"softmax": 2 * 128, "correction": 128, "other": 128}
+    assert sum(extra["registers"][k] * n for k, n in per_group.items()) == 65536 == step.info.threads * 128
+    regions = _roles_by_registers(step)
+    assert set(regions) == {None, mod.SOFTMAX_REGISTERS, mod.CORRECTION_REGISTERS, mod.OTHER_REGISTERS}
+    assert len(regions[mod.OTHER_REGISTERS]) == 1          # one setmaxnreg for warps 12-15, then their roles
+    assert compile_step(step, ARCH).registers == 128       # the entry count ptxas needs to honour them
+
+
+def test_b12_rescales_o_only_in_the_correction_warps_after_a_vote():
+    """b11's softmax stores P and O to TMEM (its rescale); b12's softmax stores only P, and O's
+    load-scale-store sits in the correction warpgroup's code, behind a ballot."""
+    step = resolve("b12")
+    mod = step.module
+    regions = _roles_by_registers(step)
+    (softmax,), (correction,) = regions[mod.SOFTMAX_REGISTERS], regions[mod.CORRECTION_REGISTERS]
+    p_stores = mod.TILE_N // mod.TMEM_CHUNK                   # one x16-column store per 32 keys of P
+    assert softmax.count("STTM") == p_stores and softmax.count("VOTE") == 0
+    o_chunks = mod.NUM_Q_TILES * (mod.HEAD_DIM // mod.TMEM_CHUNK)
+    assert correction.count("STTM") == correction.count("LDTM") == o_chunks
+    assert correction.count("VOTE") >= mod.NUM_Q_TILES and correction.count("MUFU.EX2") == 0
+    b11 = compile_step(resolve("b11"), ARCH).sass.text
+    assert b11.count("STTM") > compile_step(step, ARCH).sass.text.count("STTM") - o_chunks
+
+
+def test_b12_keeps_the_max_unless_it_grows_by_more_than_the_threshold():
+    """The comparison with -RESCALE_THRESHOLD (log2 units) is in the kernel: ptxas sees -8.0."""
+    mod = resolve("b12").module
+    assert mod.RESCALE_THRESHOLD == 8.0
+    ptx = _ptx(resolve("b12"))
+    assert "0fC1000000" in ptx                                  # -8.0f
+
+
+def test_b12_softmax_does_not_spill_and_the_declared_spills_are_elsewhere():
+    """b11's softmax spilled at the 168 registers of a 320-thread CTA; with 192 after setmaxnreg
+    b12's softmax code stores nothing to local memory. The spills the step declares are in the
+    48-register warps (the MMA warp keeps its loop-invariant descriptors in registers)."""
+    step = resolve("b12")
+    mod = step.module
+    regions = _roles_by_registers(step)
+    (softmax,) = regions[mod.SOFTMAX_REGISTERS]
+    assert softmax.count("STL") == 0
+    assert sum(r.count("STL") for r in regions[mod.OTHER_REGISTERS]) > 0
+    assert "spills_at_register_cap" in step.info.extra
