@@ -13,7 +13,7 @@ this shape); the CTA has 16 warps so that each of the four warpgroups is whole (
 give their registers back).
 
 Why: in b11 every softmax thread rescales its row of O every tile before it may hand P over: 4
-tcgen05.ld + 4 tcgen05.st of 32 columns, 64 FMUL2, and two waits for TMEM, on the critical path
+tcgen05.ld + 4 tcgen05.st of 32 columns, 64 FMUL2, a TMEM wait after each load, on the critical path
 between S and P V. Raising the max by a small step barely changes the result's range: P values
 reach at most 2^8 before the max catches up, far inside bf16 and fp32 (FA4's rule: max offset +
 threshold below the log2 of the dtype's max), and the final O / rowsum cancels the common factor.
