@@ -10,9 +10,9 @@ per-SM rates are in harness/units.py:
           are a few instructions per tile and left out);
 - smem:   wavefronts (128 bytes per clock): the operand bytes the tensor cores read from shared
           memory (wgmma/tcgen05 SS and RS/TS operands, in swizzled or core-matrix layouts:
-          conflict-free), the thread stores harness/smem_model.py costs from the step's own layouts,
+          conflict-free; a 2-CTA step's CTA supplies half of each K and V tile), the thread stores harness/smem_model.py costs from the step's own layouts,
           and ldmatrix (its bytes times the declared conflict degree);
-- L2:     the K and V bytes of the tile / the L2 rate.
+- L2:     the K and V bytes of the tile (a 2-CTA step's CTA: half) / the L2 rate.
 
 The step's ``INFO.extra["bound"]`` declares how its roles overlap; that turns the unit demands into
 a time per tile. With R CTAs resident on the SM, T (cycles for one tile of each resident CTA) is the
@@ -80,6 +80,13 @@ def ctas_per_sm(threads: int, smem_bytes: int, registers: int, gpu: units.Gpu) -
     return max(1, min(by_smem, by_threads, by_regs))
 
 
+def b_share(step) -> float:
+    """The share of every K and V tile a CTA holds and its shared memory supplies: 1, or 1/2 for a
+    2-CTA step (INFO.extra["cta_group"] = 2: each CTA of the pair loads and serves half of the
+    MMAs' B operand, read once for both tensor cores)."""
+    return 1 / step.info.extra.get("cta_group", 1)
+
+
 def _operand_bytes(step, mechanisms: dict) -> float:
     """Bytes the tensor cores read from shared memory per CTA and K/V tile."""
     tm, tn, d = step.info.tile_m, step.info.tile_n, step.info.head_dim
@@ -87,12 +94,13 @@ def _operand_bytes(step, mechanisms: dict) -> float:
         rows, groups = 64, tm // 64                      # one wgmma M=64 per warpgroup
         pv_from_smem = not mechanisms.get("HGMMA.RS")
     elif step.track == "blackwell":
-        rows, groups = 128, tm // 128                    # one tcgen05.mma M=128 per Q tile
+        rows, groups = 128, tm // 128                    # one tcgen05.mma M=128 (per CTA) per Q tile
         pv_from_smem = not mechanisms.get("UTCHMMA.TS")
     else:
         return 0.0                                       # mma.sync: operands come through ldmatrix
-    qk = (rows + tn) * d * 2
-    pv = (rows * tn + tn * d) * 2 if pv_from_smem else tn * d * 2
+    share = b_share(step)
+    qk = (rows + tn * share) * d * 2
+    pv = (rows * tn + tn * d * share) * 2 if pv_from_smem else tn * d * share * 2
     return groups * (qk + pv)
 
 
@@ -133,7 +141,7 @@ def demands(step, gpu_key: str) -> tuple[dict, dict]:
         "mufu": mufu_ops * sm_threads / gpu.mufu.value,
         "issue": b["total"] * sm_threads / 32 / gpu.schedulers.value,
         "smem": smem,
-        "l2": 2 * step.info.tile_n * step.info.head_dim * 2 / gpu.l2.value,
+        "l2": 2 * step.info.tile_n * step.info.head_dim * 2 * b_share(step) / gpu.l2.value,
     }
     facts = {"flop": flop, "softmax_threads": sm_threads, "instructions_per_warp": b["total"],
              "mufu_per_warp": mufu_ops, "registers": report.sass.registers,

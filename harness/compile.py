@@ -15,6 +15,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -116,6 +118,36 @@ def threads_per_cta(ptx_text: str) -> int:
     for g in (m.groups() if m else ()):
         threads *= int(g or 1)
     return threads
+
+
+_launch_memo: dict[tuple[str, ...], dict] = {}
+_LAUNCH_FACTS = re.compile(r"cutlass_launch_facts = \{([^}]*)\}")
+_FACT = re.compile(r"(\w+) = (?:array<i64: ([\d, ]+)>|(true|false)|(\d+))")
+
+
+def launch_facts(step: Step, arch: str) -> dict:
+    """What the DSL records about the kernel's launch in its IR (``cutlass_launch_facts``): the
+    fixed block, cluster and grid shapes (tuples) and flags, e.g. ``exact_cluster_dim: (2, 1,
+    1)``. A cluster shape is a launch attribute, not in the PTX: only the IR shows it. The DSL
+    reads its keep-IR setting at import, so the compile runs in a child process (a few seconds)."""
+    key = compile_key(step, arch)
+    if key in _launch_memo:
+        return _launch_memo[key]
+    with tempfile.TemporaryDirectory() as out:
+        code = ("import importlib, sys; from ladder import contract; "
+                "contract.compile_host(importlib.import_module(sys.argv[1]).host, sys.argv[2])")
+        env = {**os.environ, "CUTE_DSL_KEEP": "ir", "CUTE_DSL_DUMP_DIR": out}
+        subprocess.run([sys.executable, "-c", code, step.module_name, arch], env=env, check=True,
+                       capture_output=True, cwd=Path(__file__).resolve().parents[1])
+        found = [m.group(1) for f in sorted(Path(out).glob("*_clean.mlir"))
+                 for m in _LAUNCH_FACTS.finditer(f.read_text())]
+    if len(found) != 1:
+        raise RuntimeError(f"{step.id}: expected one cutlass_launch_facts in the IR, found {len(found)}")
+    facts = {}
+    for name, dims, flag, number in _FACT.findall(found[0]):
+        facts[name] = (tuple(int(d) for d in dims.split(",")) if dims else flag == "true" if flag else int(number))
+    _launch_memo[key] = facts
+    return facts
 
 
 def guard_every_compile() -> None:

@@ -281,6 +281,10 @@ EXPERIMENTS = {e.name: e for e in (
                  "        tSrQ = wg_mma.make_fragment_A(wg_mma.partition_A(sQ))\n"
                  "        tSrK = wg_mma.make_fragment_B(wg_mma.partition_B(sK))\n"
                  "        tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))\n"),)),
+    Experiment("b13-one-cta-emulation", "b13",
+               "b13 with b12's share of emulated exponentials (16 of 128, EMU_PERIOD 16) instead of FA4's "
+               "2-CTA share (24): what the CTA pair is worth by itself",
+               (("EMU_PERIOD = 10\n", "EMU_PERIOD = 16\n"),)),
     Experiment("h08-split-kv", "h08",
                "h08's 2-stage ring with K and V on separate full/empty barriers: S_j starts once K_j "
                "has landed, and K's stage is refilled right after S_j", _split_kv_edits(staged=True)),

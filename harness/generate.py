@@ -143,6 +143,8 @@ def sass_block(step_id: str, against: str | None = None) -> str:
 def _role_of(region, by_registers: dict) -> str:
     """A setmaxnreg region's role: the INFO ``registers`` key with its count; where several roles
     share a count ("other"), the instructions say which one it is."""
+    if region.out_of_line:
+        return "out of line: wait retries after the last EXIT (any role)"
     if region.registers is None:
         return "before the roles split"
     name = by_registers.get(region.registers, "?")
@@ -160,11 +162,12 @@ def roles_block(step_id: str) -> str:
     step = resolve(step_id)
     by_registers = {n: role for role, n in step.info.extra.get("registers", {}).items()}
     report = compile_step(step, step.info.archs[0])
-    rows = [[_role_of(r, by_registers), str(r.registers or report.registers), *(str(r.count(op)) for op in ROLE_OPCODES)]
+    rows = [[_role_of(r, by_registers), "" if r.out_of_line else str(r.registers or report.registers), *(str(r.count(op)) for op in ROLE_OPCODES)]
             for r in register_regions(report.sass.text)]
     return (markdown_table(rows, ["role (setmaxnreg region)", "registers", *(f"`{op}`" for op in ROLE_OPCODES)])
             + f"\n\n`{step.id}` compiled for {step.info.archs[0]}: the SASS split at each `USETMAXREG`, in address "
-            "order; registers before the split are the launch's.\n")
+            "order; registers before the split are the launch's. The code ptxas places after the kernel's last "
+            "`EXIT` (mbarrier waits' retry loops, reached from every role) is counted apart.\n")
 
 def _files_for(track: str) -> dict[str, dict]:
     """The results files (GPU key -> contents) measured on a GPU that runs ``track``'s own steps."""

@@ -40,7 +40,7 @@ DOCUMENTED: dict[str, dict[tuple[str, str], str]] = {
             "between them. " + _FA4_ORDER,
     },
 }
-# b09's order, kept by b10-b12 (their changes are in the softmax and the correction): S_g(j) is
+# b09's order, kept by b10-b13 (their changes are in the softmax, the correction and the CTA pair): S_g(j) is
 # issued right after P_g V(j-1), with at most the kv_full wait of the *next* tile between them.
 _ALTERNATING = {
     ("O0 += P0·B reads P0 in S0", "S0 written"):
@@ -50,7 +50,7 @@ _ALTERNATING = {
         "S1(j) = Q1·K(j) is issued right after O1 += P1·V(j-1) (and the commit that frees its K/V stage) and "
         "overwrites the columns it reads P1 from, with no wait between them. " + _FA4_ORDER,
 }
-DOCUMENTED.update({step: _ALTERNATING for step in ("b09", "b10", "b11", "b12")})
+DOCUMENTED.update({step: _ALTERNATING for step in ("b09", "b10", "b11", "b12", "b13")})
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """Every step's barrier protocol, read from its kernel's source and replayed under random schedules.
 
-The kernel function is walked as Python syntax, warp by warp: ``warp_idx`` and ``n_blocks`` are
-given, the step module's own constants and functions (``ring_position``, ``NUM_STAGES``, ...) are
-used as they are, and every branch and loop that contains a barrier operation is decided. What
-comes out is, per warp, the list of its barrier operations in program order:
+The kernel function is walked as Python syntax, warp by warp: ``warp_idx``, ``cta_rank`` and
+``n_blocks`` are given, the step module's own constants and functions (``ring_position``,
+``NUM_STAGES``, ...) are used as they are, and every branch and loop that contains a barrier
+operation is decided. What comes out is, per warp, the list of its barrier operations in program
+order:
 
 =====================================  ==========================================================
 ``mbarrier_init(bar, n)``              the barrier and its arrival count
@@ -17,6 +18,8 @@ comes out is, per warp, the list of its barrier operations in program order:
                                        thread's other commits: the PTX ISA promises no order)
 ``sync_threads`` / ``barrier``         a CTA or named barrier (``bar.sync``)
 ``barrier_arrive``                     a named-barrier arrival that does not wait (``bar.arrive``)
+``cluster_arrive`` / ``cluster_wait``  the cluster barrier (a cluster step only, below)
+``dealloc_tmem(is_two_cta=True)``      the pair's TMEM freed (a cluster step only, below)
 ``_timeline_probe(buf, tile, p, edge)`` in an instrumented copy only (harness/timeline.py): a
                                        phase begins or ends (``mark``; the replay ignores it, the
                                        timeline simulation times it)
@@ -40,10 +43,45 @@ fails on:
 A warp's first wait on a barrier must observe the barrier's first completion (parity 0) or, for a
 producer's wait on a fresh "empty" barrier, the phase before it (parity 1).
 
+Clusters. A step with ``CLUSTER_CTAS = 2`` (b13) is replayed as one system of both CTAs, warp w of
+CTA c being the protocol's warp ``c * warps_per_cta + w``, interleaved at random like any warps.
+A barrier is then (field, index, CTA), and every CTA runs the same kernel with its own
+``cta_rank``:
+
+- waits, inits, arrivals with one argument, expect-tx and the named barriers (keyed by CTA and
+  id) act on the warp's own CTA; ``mbarrier_arrive(bar, target)`` arrives on CTA ``target``'s;
+- ``tcgen05.commit(bar, mask, ...)`` lands one asynchronous arrival on the barrier in every CTA
+  whose bit is set in ``mask`` (each landing at its own time); without a mask, on its own CTA;
+- TMA copies are cta_group::2 loads: their bytes complete on the pair leader's barrier (CTA
+  ``c & ~1``), whichever CTA issues them. Only the leader issues the expect-tx, and it is taken
+  to announce its own following copies on that barrier twice (the pair's bytes: the peer's
+  matching copies); the bytes themselves are compared with the PTX elsewhere
+  (tests/test_blackwell_steps.py). A copy needs an expect-tx on its barrier before the leader's
+  copy of the same rank in the leader's warp. The peer's bytes may land before the leader's
+  expect-tx (the tx-count goes below zero, as the PTX ISA allows). Bytes are counted, not tiles:
+  that a peer's copy lands in the phase it is meant for is not checked;
+- ``cluster_arrive[_relaxed]`` / ``cluster_wait``: the cluster barrier, which a warp passes once
+  every warp of every CTA has arrived for that generation (the relaxed arrive is taken to publish
+  the inits: the kernel's ``fence.mbarrier_init`` before it does);
+- a remote arrive is, for the CTA it lands in, like an asynchronous agent: its completion needs a
+  waiter there (the arriving thread is not in that CTA, which could exit first);
+- inits stay in the warp's program, and the replay follows what each warp knows to have happened
+  (through mbarrier phases, commits, copies, named and cluster barriers): using a barrier (a wait,
+  an arrive, an expect-tx, issuing a copy or a commit on it) that nothing orders after its
+  ``mbarrier_init`` is an error, whatever the schedule (the cluster barrier after the init is
+  what orders the other CTA's uses);
+- ``dealloc_tmem(..., is_two_cta=True)`` frees the pair's TMEM: it must be ordered after every
+  warp of both CTAs has reached its last ``sync_threads`` (done with TMEM), which in b13 is the
+  MMA warps' handshake on each other's ``tmem_free``.
+
+In a 1-CTA step (no ``CLUSTER_CTAS``, or 1) inits are hoisted before everything (each step follows
+them with ``sync_threads``), and an arrive with a target CTA or a commit with a mask is refused.
+Clusters of more than a pair are not modelled.
+
 What it does not check: what a barrier protects. That a commit comes after the MMAs that read a
 stage, or that an MMA's TMEM operands are not overwritten while it runs, is the business of the
 K/V ring replay (harness/pipeline_model.py: which tile a stage holds, who reads it) and of the
-MMA-pipe model (harness/mma_pipe.py). Arrivals on another CTA's barrier (clusters) are refused.
+MMA-pipe model (harness/mma_pipe.py).
 """
 
 from __future__ import annotations
@@ -59,9 +97,11 @@ from harness.pipeline_model import MBarrier, ProtocolError
 PROBE = "_timeline_probe"   # a timeline marker in an instrumented copy (harness/timeline.py): an op "mark"
 
 WARP = 32
-_PARAMS = ("warp_idx", "n_blocks", "n_tiles")   # given, never re-assigned by the walk (n_tiles: a
-                                                # persistent CTA's work tiles, h14)
+_PARAMS = ("warp_idx", "cta_rank", "n_blocks", "n_tiles")   # given, never re-assigned by the walk
+                                                            # (n_tiles: a persistent CTA's work tiles, h14)
 _SAFE_BUILTINS = {"range": range, "len": len, "min": min, "max": max, "tuple": tuple, "int": int}
+_CLUSTER_OPS = {"cluster_arrive": "cluster_arrive", "cluster_arrive_relaxed": "cluster_arrive",
+                "cluster_wait": "cluster_wait"}
 
 
 class ExtractionError(ValueError):
@@ -70,24 +110,28 @@ class ExtractionError(ValueError):
 
 @dataclass(frozen=True)
 class Bar:
-    """One mbarrier: a shared-storage field and an index into it (``kv_full + stage``)."""
+    """One mbarrier: a shared-storage field and an index into it (``kv_full + stage``), and in a
+    cluster the CTA whose shared memory holds it (None in a 1-CTA step)."""
     name: str
     index: int = 0
+    cta: int | None = None
 
     def __add__(self, k):
         if not isinstance(k, int):
             return NotImplemented
-        return Bar(self.name, self.index + k)
+        return Bar(self.name, self.index + k, self.cta)
 
     __radd__ = __add__
 
     def __str__(self):
-        return f"{self.name}[{self.index}]"
+        bar = f"{self.name}[{self.index}]"
+        return bar if self.cta is None else f"cta {self.cta}'s {bar}"
 
 
 @dataclass(frozen=True)
 class Op:
-    kind: str          # init, wait, arrive, expect, copy, commit, sync, bar_arrive, mark
+    kind: str          # init, wait, arrive, expect, copy, commit, sync, bar_arrive, mark,
+                       # cluster_arrive, cluster_wait, dealloc
     line: int          # line in the step file
     text: str          # the call as written
     bar: Bar | None = None
@@ -96,17 +140,43 @@ class Op:
     copies: int = 0    # expect: copies announced
     tile: int = 0      # mark: the K/V tile of a timeline phase (harness/timeline.py); value: its phase
     edge: int = 0      # mark: 0 begin, 1 end
+    ctas: tuple = ()   # commit with a mask: the CTAs it lands in (bar: in the first of them)
+
+
+def lands_on(op: Op) -> tuple:
+    """The barriers an operation arrives on: a multicast commit's in each CTA of its mask."""
+    return tuple(Bar(op.bar.name, op.bar.index, c) for c in op.ctas) or (op.bar,)
 
 
 @dataclass
 class Protocol:
     step: str
-    warps: list          # warps[w] = [Op, ...]
+    warps: list          # warps[w] = [Op, ...]; in a cluster, warp w of CTA c is c * warps_per_cta + w
     counts: dict         # Bar -> arrival count
-    roles: dict = field(default_factory=dict)   # warp -> role name
+    roles: dict = field(default_factory=dict)   # warp (of one CTA) -> role name
+    ctas: int = 1
+
+    @property
+    def warps_per_cta(self) -> int:
+        return len(self.warps) // self.ctas
+
+    def cta_of(self, w: int) -> int:
+        return w // self.warps_per_cta
 
     def role(self, w: int) -> str:
-        return self.roles.get(w, f"warp {w}")
+        local = w % self.warps_per_cta
+        name = self.roles.get(local, f"warp {local}")
+        return name if self.ctas == 1 else f"{name} (cta {self.cta_of(w)})"
+
+    def cta_counts(self) -> dict:
+        """Each barrier's arrival count in one CTA's code (all CTAs run the same code: the counts the
+        PTX initialises)."""
+        return {Bar(b.name, b.index): n for b, n in self.counts.items()}
+
+
+def cluster_warps(proto: Protocol, warps) -> list[int]:
+    """The protocol's warps that are the given warps of one CTA (``warp_roles``), in every CTA."""
+    return [c * proto.warps_per_cta + w for c in range(proto.ctas) for w in warps]
 
 
 def _call_name(call: ast.Call) -> str | None:
@@ -119,8 +189,11 @@ def _call_name(call: ast.Call) -> str | None:
         if f.attr == "copy" and any(k.arg == "tma_bar_ptr" for k in call.keywords):
             return "copy"
         if f.attr in ("mbarrier_init", "mbarrier_wait", "mbarrier_arrive", "mbarrier_arrive_and_expect_tx",
-                      "sync_threads", "barrier", "barrier_arrive"):
+                      "sync_threads", "barrier", "barrier_arrive", *_CLUSTER_OPS):
             return f.attr
+        # only the pair's dealloc is a protocol event (it needs both CTAs done with TMEM)
+        if f.attr == "dealloc_tmem" and (len(call.args) > 2 or any(k.arg == "is_two_cta" for k in call.keywords)):
+            return "dealloc"
     return None
 
 
@@ -141,15 +214,18 @@ def _helpers_with_barriers(source: str) -> list[str]:
 
 
 class _Walk:
-    """Walks the kernel body for one warp, collecting its barrier operations."""
+    """Walks the kernel body for one warp (of CTA ``cta`` of a cluster of ``ctas``), collecting its
+    barrier operations."""
 
-    def __init__(self, module, source_lines, warp: int, n_blocks: int, threads: int, n_tiles: int = 1):
+    def __init__(self, module, source_lines, warp: int, n_blocks: int, threads: int, n_tiles: int = 1,
+                 cta: int = 0, ctas: int = 1):
         self.glob = {k: v for k, v in vars(module).items()
                      if isinstance(v, (int, float, bool, tuple, str)) or
                      (inspect.isfunction(v) and v.__module__ == module.__name__)}
-        self.env = {"warp_idx": warp, "n_blocks": n_blocks, "n_tiles": n_tiles}
+        self.env = {"warp_idx": warp, "cta_rank": cta, "n_blocks": n_blocks, "n_tiles": n_tiles}
         self.lines = source_lines
         self.threads = threads
+        self.cta, self.ctas = cta, ctas
         self.ops: list[Op] = []
         self.elect = False
 
@@ -248,6 +324,25 @@ class _Walk:
                                   f"{ {'While': 'while loop', 'Try': 'try', 'FunctionDef': 'nested def'}[type(s).__name__]} "
                                   "are not modelled")
 
+    def barrier(self, node, cta: int | None = None) -> Bar:
+        """The barrier ``node`` names, in CTA ``cta`` (default: the warp's own) of a cluster."""
+        bar = self.decide(node, "barrier")
+        if self.ctas == 1:
+            return bar
+        return Bar(bar.name, bar.index, self.cta if cta is None else cta)
+
+    def need_cluster(self, call, what):
+        if self.ctas == 1:
+            raise ExtractionError(f"line {call.lineno}: {what} is not modelled: the step has no cluster "
+                                  "(CLUSTER_CTAS)")
+
+    def target_cta(self, node, call, what) -> int:
+        self.need_cluster(call, what)
+        cta = self.decide(node, "target CTA")
+        if not isinstance(cta, int) or not 0 <= cta < self.ctas:
+            raise ExtractionError(f"line {call.lineno}: target CTA {cta!r} is not in the cluster of {self.ctas}")
+        return cta
+
     def op(self, call: ast.Call):
         name = _call_name(call)
         text = self.lines[call.lineno - 1].strip()
@@ -255,34 +350,68 @@ class _Walk:
         add = lambda kind, **a: self.ops.append(Op(kind, call.lineno, text, **a))  # noqa: E731
         arrivals = 1 if self.elect else WARP
         if name == "mbarrier_init":
-            add("init", bar=self.decide(call.args[0], "barrier"), value=self.decide(call.args[1], "arrival count"))
+            add("init", bar=self.barrier(call.args[0]), value=self.decide(call.args[1], "arrival count"))
         elif name == "mbarrier_wait":
-            add("wait", bar=self.decide(call.args[0], "barrier"), value=self.decide(call.args[1], "parity") % 2)
+            add("wait", bar=self.barrier(call.args[0]), value=self.decide(call.args[1], "parity") % 2)
         elif name == "mbarrier_arrive":
-            if len(call.args) > 1 or call.keywords:
-                raise ExtractionError(f"line {call.lineno}: an arrive on another CTA's barrier is not modelled")
-            add("arrive", bar=self.decide(call.args[0], "barrier"), value=arrivals)
+            target = call.args[1] if len(call.args) > 1 else kw.pop("peer_cta_rank_in_cluster", None)
+            if len(call.args) > 2 or kw:
+                raise ExtractionError(f"line {call.lineno}: an arrive with a count or options is not modelled")
+            cta = None if target is None else self.target_cta(target, call, "an arrive on another CTA's barrier")
+            add("arrive", bar=self.barrier(call.args[0], cta), value=arrivals)
         elif name == "mbarrier_arrive_and_expect_tx":
-            add("expect", bar=self.decide(call.args[0], "barrier"), value=arrivals)
+            if len(call.args) > 2 or "peer_cta_rank_in_cluster" in kw:
+                raise ExtractionError(f"line {call.lineno}: an expect-tx on another CTA's barrier is not modelled")
+            add("expect", bar=self.barrier(call.args[0]), value=arrivals)
         elif name == "commit":
-            add("commit", bar=self.decide(call.args[0], "barrier"), value=arrivals)
+            mask = call.args[1] if len(call.args) > 1 else kw.get("mask")
+            if mask is None or (isinstance(mask, ast.Constant) and mask.value is None):
+                add("commit", bar=self.barrier(call.args[0]), value=arrivals)
+                return
+            self.need_cluster(call, "a multicast commit (a mask)")
+            m = self.decide(mask, "commit mask")
+            ctas = tuple(c for c in range(self.ctas) if m >> c & 1)
+            if not ctas or m >> self.ctas:
+                raise ExtractionError(f"line {call.lineno}: commit mask {m:#b} does not name CTAs of the cluster "
+                                      f"of {self.ctas}")
+            add("commit", bar=self.barrier(call.args[0], ctas[0]), value=arrivals, ctas=ctas)
         elif name == "copy":
-            add("copy", bar=self.decide(kw["tma_bar_ptr"], "barrier"))
+            # cta_group::2: the bytes complete on the pair leader's barrier
+            add("copy", bar=self.barrier(kw["tma_bar_ptr"], self.cta & ~1))
         elif name == "mark":
             add("mark", tile=self.decide(call.args[1], "timeline tile"), value=self.decide(call.args[2], "phase"),
                 edge=self.decide(call.args[3], "edge"))
+        elif name in _CLUSTER_OPS:
+            add(_CLUSTER_OPS[name])
+        elif name == "dealloc":
+            two = call.args[2] if len(call.args) > 2 else kw["is_two_cta"]
+            if self.decide(two, "is_two_cta"):
+                self.need_cluster(call, "the pair's TMEM dealloc (is_two_cta)")
+                add("dealloc")
         elif name in ("sync_threads", "barrier", "barrier_arrive"):
             bid = self.decide(kw["barrier_id"], "barrier id") if "barrier_id" in kw else 0
             n = self.decide(kw["number_of_threads"], "thread count") if "number_of_threads" in kw else self.threads
             add("sync" if name != "barrier_arrive" else "bar_arrive", value=bid, threads=n)
 
 
-def _announce_copies(ops: list[Op]) -> list[Op]:
-    """An expect-tx announces the copies its warp issues next on the same barrier."""
+def _announce_copies(ops: list[Op], leader_ops: list[Op] | None = None, pair: int = 1,
+                     who: tuple = ("", "")) -> list[Op]:
+    """An expect-tx announces the copies its warp issues next on the same barrier. In a cluster
+    (``pair`` 2) a copy lands on the leader's barrier: it is announced by an expect-tx there before
+    the leader's copy of the same rank in ``leader_ops`` (the same warp of the leader CTA), and the
+    leader's expect-tx announces its own copies twice (the pair's). ``who``: the two warps' names."""
+    leader_ops = ops if leader_ops is None else leader_ops
     out = list(ops)
+    rank: dict = {}
     for i, op in enumerate(ops):
-        if op.kind == "copy" and not any(p.kind == "expect" and p.bar == op.bar for p in ops[:i]):
-            raise ProtocolError(f"line {op.line}: a TMA copy on {op.bar} with no expect-tx announcing it")
+        if op.kind == "copy":
+            k = rank[op.bar] = rank.get(op.bar, -1) + 1
+            mine = [j for j, p in enumerate(leader_ops) if p.kind == "copy" and p.bar == op.bar]
+            if k >= len(mine) or not any(p.kind == "expect" and p.bar == op.bar for p in leader_ops[:mine[k]]):
+                if pair == 1:
+                    raise ProtocolError(f"line {op.line}: a TMA copy on {op.bar} with no expect-tx announcing it")
+                raise ProtocolError(f"line {op.line}: a TMA copy on {op.bar} by {who[0]} with no expect-tx announcing "
+                                    f"it: {who[1]} has none on it before its own copy number {k + 1} there")
         if op.kind != "expect":
             continue
         n = 0
@@ -290,24 +419,30 @@ def _announce_copies(ops: list[Op]) -> list[Op]:
             if later.bar == op.bar and later.kind != "copy":
                 break
             n += later.kind == "copy" and later.bar == op.bar
-        out[i] = Op(op.kind, op.line, op.text, op.bar, op.value, copies=n)
+        out[i] = Op(op.kind, op.line, op.text, op.bar, op.value, copies=n * pair)
     return out
 
 
-def _role_names(module, n_warps: int) -> dict:
-    """Warp -> name from the step's own constants (``MMA_WARP = 8`` names warp 8)."""
+def _role_names(module, n_warps: int, cluster: bool = False) -> dict:
+    """Warp -> name from the step's own constants (``MMA_WARP = 8`` names warp 8); in a cluster also
+    from ``INFO.extra["warp_roles"]`` (the names then say the CTA: ``Protocol.role``)."""
     names = {}
     for k, v in vars(module).items():
         if k.endswith("_WARP") and isinstance(v, int) and 0 <= v < n_warps and not isinstance(v, bool):
             names[v] = f"{k.removesuffix('_WARP').lower()} warp {v}"
+    if cluster:
+        for role, ws in module.INFO.extra.get("warp_roles", {}).items():
+            for w in ws:
+                names.setdefault(w, f"{role} warp {w}")
     return names
 
 
 def extract(module, n_blocks: int, source: str | None = None, step: str | None = None,
             n_tiles: int = 1) -> Protocol:
-    """The step's barrier operations, warp by warp, for a CTA that loops over ``n_blocks`` tiles
-    (of each of ``n_tiles`` work tiles, for a persistent kernel that names them ``n_tiles``).
-    ``source`` replaces the module's file (to check a deliberately broken copy)."""
+    """The step's barrier operations, warp by warp, for a CTA (a cluster: every CTA of it) that
+    loops over ``n_blocks`` tiles (of each of ``n_tiles`` work tiles, for a persistent kernel that
+    names them ``n_tiles``). ``source`` replaces the module's file (to check a deliberately broken
+    copy)."""
     source = inspect.getsource(module) if source is None else source
     helpers = _helpers_with_barriers(source)
     if helpers:
@@ -315,12 +450,21 @@ def extract(module, n_blocks: int, source: str | None = None, step: str | None =
     kernel = _kernel_def(source)
     lines = source.splitlines()
     threads = module.INFO.threads
+    ctas = getattr(module, "CLUSTER_CTAS", 1)
+    if ctas not in (1, 2):
+        raise ExtractionError(f"a cluster of {ctas} CTAs is not modelled (only a pair)")
+    per_cta = threads // WARP
     warps = []
-    for w in range(threads // WARP):
-        walk = _Walk(module, lines, w, n_blocks, threads, n_tiles)
-        walk.block(kernel.body)
-        warps.append(_announce_copies(walk.ops))
-    counts = {}
+    for cta in range(ctas):
+        for w in range(per_cta):
+            walk = _Walk(module, lines, w, n_blocks, threads, n_tiles, cta=cta, ctas=ctas)
+            walk.block(kernel.body)
+            warps.append(walk.ops)
+    proto = Protocol(step or module.INFO.id, warps, {}, _role_names(module, per_cta, ctas > 1), ctas)
+    leader = [(w // per_cta & ~1) * per_cta + w % per_cta for w in range(len(warps))]
+    warps = [_announce_copies(ops, warps[leader[w]], ctas, (proto.role(w), proto.role(leader[w])))
+             for w, ops in enumerate(warps)]
+    counts = proto.counts
     for ops in warps:
         for op in ops:
             if op.kind == "init":
@@ -329,17 +473,31 @@ def extract(module, n_blocks: int, source: str | None = None, step: str | None =
                 if op.value < 1:
                     raise ProtocolError(f"line {op.line}: {op.bar} initialised with {op.value} arrivals")
                 counts[op.bar] = op.value
-    warps = [[op for op in ops if op.kind != "init"] for ops in warps]
+    if ctas == 1:       # inits hoisted: every 1-CTA step follows them with sync_threads
+        warps = [[op for op in ops if op.kind != "init"] for ops in warps]
     for ops in warps:
         for op in ops:
-            if op.bar is not None and op.bar not in counts:
-                raise ProtocolError(f"line {op.line}: {op.bar} is used but never initialised")
-    return Protocol(step or module.INFO.id, warps, counts, _role_names(module, len(warps)))
+            if op.bar is not None and any(b not in counts for b in lands_on(op)):
+                bar = next(b for b in lands_on(op) if b not in counts)
+                raise ProtocolError(f"line {op.line}: {bar} is used but never initialised")
+    proto.warps = warps
+    return proto
 
 
 # ------------------------------------------------------------------------------------------------
 # Replay
 # ------------------------------------------------------------------------------------------------
+
+class _PairBarrier(MBarrier):
+    """A cluster's mbarrier: the peer's cta_group::2 bytes may land before the leader's expect-tx,
+    taking the tx-count below zero for a while (the PTX ISA allows it); what is left at the end is
+    the end check's business."""
+
+    def complete_tx(self, nbytes: int):
+        self.tx -= nbytes
+        self._async_now = True
+        self._maybe_complete()
+
 
 def _warp_ranges(ws) -> str:
     ws = sorted(ws)
@@ -352,18 +510,72 @@ def _warp_ranges(ws) -> str:
     return ("warps " if len(ws) > 1 else "warp ") + ",".join(out)
 
 
+def _who(proto: Protocol, ws) -> str:
+    """Warps by role (one) or by ranges, in a cluster per CTA (``warps 0-7 (cta 0 and 1)``)."""
+    ws = sorted(ws)
+    if len(ws) == 1:
+        return proto.role(ws[0])
+    if proto.ctas == 1:
+        return _warp_ranges(ws)
+    local: dict = {}
+    for w in ws:
+        local.setdefault(proto.cta_of(w), []).append(w % proto.warps_per_cta)
+    same: dict = {}
+    for c, lw in local.items():
+        same.setdefault(tuple(lw), []).append(c)
+    return "; ".join((_warp_ranges(lw) if len(lw) > 1 else proto.roles.get(lw[0], f"warp {lw[0]}"))
+                     + f" (cta {' and '.join(map(str, cs))})" for lw, cs in same.items())
+
+
 def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
     """Run the protocol once under the schedule ``seed`` picks; return the steps taken."""
     rng = random.Random(seed)
-    bars = {b: MBarrier(n) for b, n in proto.counts.items()}
-    pc = [0] * len(proto.warps)
-    copies: list[Bar] = []                          # in flight
-    commits: list[Op] = []                          # issued, not yet landed (any order)
+    cluster = proto.ctas > 1
+    bars = {b: (_PairBarrier if cluster else MBarrier)(n) for b, n in proto.counts.items()}
+    n_warps = len(proto.warps)
+    cta = [proto.cta_of(w) for w in range(n_warps)]
+    pc = [0] * n_warps
+    copies: list = []                               # (bar, what the issuer knew): in flight
+    commits: list = []                              # (op, bar, what the issuer knew): issued, not yet
+                                                    # landed (any order; a multicast one per CTA)
     observed: dict = {}                             # (warp, bar) -> last completion observed
     seen: dict = {b: set() for b in bars}           # completions some warp observed
     waited = set()
-    named: dict = {}                                # id -> {"threads", "arrived", "waiting"}
+    named: dict = {}                                # (cta, id) -> {"threads", "arrived", "waiting", ...}
     blocked_at_sync = set()
+    clusterbar = {"arrived": [0] * n_warps, "waited": [0] * n_warps, "know": {}}
+
+    # What each warp knows to have happened (cluster only; a 1-CTA step's inits are hoisted): a bit
+    # per barrier's init and per warp "done with TMEM" (at its last sync_threads), passed on by
+    # every arrive and completion to whoever waits for it.
+    know = [0] * n_warps
+    bit = {b: 1 << i for i, b in enumerate(bars)}
+    done_bit = [1 << (len(bars) + w) for w in range(n_warps)]
+    done_at = [max((i for i, op in enumerate(ops) if op.kind == "sync" and op.value == 0), default=len(ops) - 1)
+               for ops in proto.warps]
+    pending_know = dict.fromkeys(bars, 0)           # arrivals of the phase in progress
+    released = dict.fromkeys(bars, 0)               # arrivals of every completed phase
+    init_site = {op.bar: (w, op) for w, ops in enumerate(proto.warps) for op in ops if op.kind == "init"}
+
+    def need_init(w, op, bar):
+        if cluster and not know[w] & bit[bar]:
+            iw, init = init_site[bar]
+            raise ProtocolError(f"{proto.step}: {proto.role(w)} line {op.line} `{op.text}` uses {bar}, which may not "
+                                f"be initialised yet: nothing orders it after its mbarrier_init ({proto.role(iw)} "
+                                f"line {init.line}); a remote arrive, copy or commit before the cluster barrier?")
+
+    def arrive(bar, times, knowledge, expect=0, asynchronous=False, tx=0):
+        b = bars[bar]
+        before = b.phase
+        for _ in range(times):
+            b.arrive(expect_tx=expect, asynchronous=asynchronous)
+        if tx:
+            b.complete_tx(tx)
+        if cluster:
+            pending_know[bar] |= knowledge
+            if b.phase != before:
+                released[bar] |= pending_know[bar]
+                pending_know[bar] = 0
 
     def pass_wait(w, op):
         b = bars[op.bar]
@@ -382,94 +594,149 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
         observed[(w, op.bar)] = c
         seen[op.bar].add(c)
         waited.add(op.bar)
+        know[w] |= released[op.bar]
         return True
 
     def named_barrier(w, op, waits):
-        st = named.setdefault(op.value, {"threads": op.threads, "arrived": 0, "waiting": set(), "warps": set()})
+        key = (cta[w], op.value)
+        name = f"barrier {op.value}" if not cluster else f"cta {cta[w]}'s barrier {op.value}"
+        st = named.setdefault(key, {"threads": op.threads, "arrived": 0, "waiting": set(), "warps": set(), "know": 0})
         if st["threads"] != op.threads:
-            raise ProtocolError(f"{proto.step}: line {op.line}: barrier {op.value} used with {op.threads} "
+            raise ProtocolError(f"{proto.step}: line {op.line}: {name} used with {op.threads} "
                                 f"and {st['threads']} threads")
         if w in st["warps"]:
-            raise ProtocolError(f"{proto.step}: {proto.role(w)} line {op.line} `{op.text}` arrives on barrier "
-                                f"{op.value} twice in one generation: its threads count twice, and the "
+            raise ProtocolError(f"{proto.step}: {proto.role(w)} line {op.line} `{op.text}` arrives on {name} "
+                                "twice in one generation: its threads count twice, and the "
                                 "generation completes without the warps it was meant to wait for")
         st["warps"].add(w)
         st["arrived"] += WARP
+        st["know"] |= know[w]
         if waits:
             st["waiting"].add(w)
             blocked_at_sync.add(w)
         if st["arrived"] > st["threads"]:
-            raise ProtocolError(f"{proto.step}: line {op.line}: more threads than barrier {op.value} expects")
+            raise ProtocolError(f"{proto.step}: line {op.line}: more threads than {name} expects")
         if st["arrived"] == st["threads"]:
             for x in st["waiting"]:
                 blocked_at_sync.discard(x)
+                know[x] |= st["know"]
                 pc[x] += 1
-            named[op.value] = {"threads": op.threads, "arrived": 0, "waiting": set(), "warps": set()}
+            named[key] = {"threads": op.threads, "arrived": 0, "waiting": set(), "warps": set(), "know": 0}
         return not waits
+
+    def cluster_barrier(w, op, waits):
+        arrived, done = clusterbar["arrived"], clusterbar["waited"]
+        gen = done[w]
+        if not waits:
+            if arrived[w] != gen:
+                raise ProtocolError(f"{proto.step}: {proto.role(w)} line {op.line} `{op.text}` arrives on the cluster "
+                                    "barrier twice without waiting in between")
+            clusterbar["know"][gen] = clusterbar["know"].get(gen, 0) | know[w]
+            arrived[w] += 1
+            return True
+        if arrived[w] != gen + 1:
+            raise ProtocolError(f"{proto.step}: {proto.role(w)} line {op.line} `{op.text}` waits on the cluster "
+                                "barrier without arriving first")
+        if min(arrived) <= gen:
+            return False
+        know[w] |= clusterbar["know"][gen]
+        done[w] += 1
+        return True
+
+    def dealloc(w, op):
+        pair = [x for x in range(n_warps) if cta[x] & ~1 == cta[w] & ~1 and proto.warps[x]]
+        missing = [x for x in pair if not know[w] & done_bit[x]]
+        if missing:
+            raise ProtocolError(f"{proto.step}: {proto.role(w)} line {op.line} `{op.text}` frees the pair's TMEM "
+                                f"while nothing orders it after {_who(proto, missing)} reached their last "
+                                "sync_threads (done with TMEM): the handshake before it (the other CTA's arrive "
+                                "on a barrier this warp waits on) is missing or lands in the wrong CTA")
 
     def warp_step(w):
         if w in blocked_at_sync:
             return False
         op = proto.warps[w][pc[w]]
-        if op.kind == "wait":
+        if cluster and pc[w] == done_at[w]:
+            know[w] |= done_bit[w]
+        if op.kind == "init":
+            know[w] |= bit[op.bar]
+        elif op.kind == "wait":
+            need_init(w, op, op.bar)
             if not pass_wait(w, op):
                 return False
         elif op.kind in ("arrive", "expect"):
-            for _ in range(op.value):
-                bars[op.bar].arrive(expect_tx=op.copies if op.kind == "expect" else 0)
+            need_init(w, op, op.bar)
+            # another CTA's arrive is asynchronous to this one: its exit does not wait for it
+            arrive(op.bar, op.value, know[w], expect=op.copies if op.kind == "expect" else 0,
+                   asynchronous=cluster and op.bar.cta != cta[w])
         elif op.kind == "copy":
-            copies.append(op.bar)
+            need_init(w, op, op.bar)
+            copies.append((op.bar, know[w]))
         elif op.kind == "commit":
-            commits.append(op)
+            for bar in lands_on(op):
+                need_init(w, op, bar)
+                commits.append((op, bar, know[w]))
         elif op.kind in ("sync", "bar_arrive"):
             if not named_barrier(w, op, waits=op.kind == "sync"):
                 return True
+        elif op.kind in ("cluster_arrive", "cluster_wait"):
+            if not cluster_barrier(w, op, waits=op.kind == "cluster_wait"):
+                return False
+        elif op.kind == "dealloc":
+            dealloc(w, op)
         pc[w] += 1
         return True
 
     def land_copy(i):
-        bars[copies.pop(i)].complete_tx(1)
+        bar, knowledge = copies.pop(i)
+        arrive(bar, 0, knowledge, tx=1)
         return True
 
     def land_commit(i):
-        op = commits.pop(i)
-        for _ in range(op.value):
-            bars[op.bar].arrive(asynchronous=True)
+        op, bar, knowledge = commits.pop(i)
+        arrive(bar, op.value, knowledge, asynchronous=True)
         return True
 
     for steps in range(max_steps):
-        actors = [lambda w=w: warp_step(w) for w in range(len(pc)) if pc[w] < len(proto.warps[w])]
+        actors = [lambda w=w: warp_step(w) for w in range(n_warps) if pc[w] < len(proto.warps[w])]
         actors += [lambda i=i: land_copy(i) for i in range(len(copies))]
         actors += [lambda i=i: land_commit(i) for i in range(len(commits))]
         if not actors:
             _check_end(proto, bars, seen, waited)
-            half = {i: st for i, st in named.items() if st["arrived"]}
+            half = {key: st for key, st in named.items() if st["arrived"]}
             if half:
-                raise ProtocolError(f"{proto.step}: named barrier(s) {sorted(half)} end with threads arrived "
+                ids = sorted(i for _, i in half) if not cluster else [f"cta {c}'s {i}" for c, i in sorted(half)]
+                raise ProtocolError(f"{proto.step}: named barrier(s) {ids} end with threads arrived "
                                     "and no generation completed")
             return steps
         rng.shuffle(actors)
         if not any(actor() for actor in actors):
-            raise ProtocolError(f"{proto.step}: deadlock, nobody can move:\n" + _blocked(proto, pc, bars, named))
+            raise ProtocolError(f"{proto.step}: deadlock, nobody can move:\n"
+                                + _blocked(proto, pc, bars, named, clusterbar))
     raise ProtocolError(f"{proto.step}: no end within {max_steps} steps")
 
 
-def _blocked(proto, pc, bars, named) -> str:
-    out = []
+def _blocked(proto, pc, bars, named, clusterbar) -> str:
+    out: dict = {}          # what a warp is stuck on -> the warps stuck on it
     for w, ops in enumerate(proto.warps):
         if pc[w] >= len(ops):
             continue
         op = ops[pc[w]]
         if op.kind == "wait":
             b = bars[op.bar]
-            out.append(f"  {proto.role(w)}: line {op.line} `{op.text}` waits on {op.bar} for parity {op.value}; "
-                       f"it has completed {b.phase} phase(s), {b.pending} of {b.count} arrivals and {b.tx} "
-                       "copies still pending")
+            why = (f"line {op.line} `{op.text}` waits on {op.bar} for parity {op.value}; it has completed "
+                   f"{b.phase} phase(s), {b.pending} of {b.count} arrivals and {b.tx} copies still pending")
+        elif op.kind == "cluster_wait":
+            gen = clusterbar["waited"][w]
+            arrived = sum(a > gen for a in clusterbar["arrived"])
+            why = f"line {op.line} `{op.text}` at the cluster barrier ({arrived} of {len(proto.warps)} warps arrived)"
         else:
-            st = named.get(op.value, {})
-            out.append(f"  {proto.role(w)}: line {op.line} `{op.text}` at barrier {op.value} "
-                       f"({st.get('arrived', 0)} of {op.threads} threads arrived)")
-    return "\n".join(out)
+            st = named.get((proto.cta_of(w), op.value), {})
+            why = (f"line {op.line} `{op.text}` at barrier {op.value} "
+                   f"({st.get('arrived', 0)} of {op.threads} threads arrived)")
+        # a cluster's 32 warps: one line per CTA and state (a 1-CTA step keeps a line per warp)
+        out.setdefault(why if proto.ctas > 1 else (w, why), []).append(w)
+    return "\n".join(f"  {_who(proto, ws)}: {key if proto.ctas > 1 else key[1]}" for key, ws in out.items())
 
 
 def _check_end(proto, bars, seen, waited):
@@ -479,18 +746,21 @@ def _check_end(proto, bars, seen, waited):
             raise ProtocolError(f"{proto.step}: {bar} is arrived on but no warp ever waits on it")
         late = sorted(c for c in b.async_completions if c not in seen[bar])
         if late:
+            agents = "a tcgen05.commit or a copy's bytes" if proto.ctas == 1 else \
+                "a tcgen05.commit, a copy's bytes or another CTA's arrive"
             raise ProtocolError(f"{proto.step}: completion {late[0]} of {bar} is made by an asynchronous arrive "
-                                "(a tcgen05.commit or a copy's bytes) that no warp waits for: it may land after "
+                                f"({agents}) that no warp waits for: it may land after "
                                 "the CTA exits, in shared memory that belongs to the next CTA")
         if b.pending != b.count or b.tx:
+            copies = f"{b.tx} copies pending" if b.tx >= 0 else f"{-b.tx} copies' bytes landed unannounced"
             raise ProtocolError(f"{proto.step}: {bar} ends with a phase half done "
-                                f"({b.count - b.pending} of {b.count} arrivals, {b.tx} copies pending)")
+                                f"({b.count - b.pending} of {b.count} arrivals, {copies})")
 
 
 def replay_many(module, *, n_blocks=range(1, 7), seeds=range(25), source=None, step=None,
                 n_tiles=(1, 2, 3)) -> None:
     """Replay for each tile count; a persistent kernel (one that names ``n_tiles``) also for each
-    count of work tiles per CTA."""
+    count of work tiles per CTA. A cluster is replayed whole, its CTAs as one system."""
     text = inspect.getsource(module) if source is None else source
     for t in (n_tiles if re.search(r"\bn_tiles\b", text) else (1,)):
         for n in n_blocks:
@@ -504,36 +774,41 @@ def replay_many(module, *, n_blocks=range(1, 7), seeds=range(25), source=None, s
 # ------------------------------------------------------------------------------------------------
 
 def describe(module, n_blocks: int = 2) -> list[str]:
-    """Who arrives on and who waits on each barrier, by role and line: the suspects of a hang."""
+    """Who arrives on and who waits on each barrier, by role and line: the suspects of a hang. In a
+    cluster each arrival says in which CTA it lands."""
     proto = extract(module, n_blocks)
+    cluster = proto.ctas > 1
     sites: dict = {}
     for w, ops in enumerate(proto.warps):
         for op in ops:
-            if op.bar is None:
+            if op.bar is None or op.kind == "init":
                 continue
-            key = (op.bar.name, op.kind, op.line, op.text)
+            dest = tuple(b.cta for b in lands_on(op)) if cluster and op.kind != "wait" else ()
+            key = (op.bar.name, op.kind, op.line, op.text, dest)
             sites.setdefault(key, {"warps": set(), "indices": set()})
             sites[key]["warps"].add(w)
             sites[key]["indices"].add(op.bar.index)
     verb = {"wait": "wait", "arrive": "arrive", "expect": "arrive + expect-tx", "copy": "TMA copy lands",
             "commit": "tcgen05.commit arrives"}
     names = sorted({b.name for b in proto.counts}, key=lambda n: min(
-        (op.line for ops in proto.warps for op in ops if op.bar and op.bar.name == n), default=0))
+        (op.line for ops in proto.warps for op in ops if op.bar and op.bar.name == n and op.kind != "init"),
+        default=0))
     lines = []
     for name in names:
-        idx = sorted(b.index for b in proto.counts if b.name == name)
-        count = {proto.counts[Bar(name, i)] for i in idx}
+        idx = sorted({b.index for b in proto.counts if b.name == name})
+        count = {c for b, c in proto.counts.items() if b.name == name}
         label = name if idx == [0] else f"{name}[{idx[0]}..{idx[-1]}]"
-        lines.append(f"{label} (arrival count {'/'.join(map(str, sorted(count)))}):")
-        for (n, kind, line, text), s in sorted(sites.items(), key=lambda kv: kv[0][2]):
+        lines.append(f"{label} (arrival count {'/'.join(map(str, sorted(count)))}{', in each CTA' if cluster else ''}):")
+        for (n, kind, line, text, dest), s in sorted(sites.items(), key=lambda kv: (kv[0][2], kv[0][4])):
             if n != name:
                 continue
-            ws = s["warps"]
-            who = _warp_ranges(ws) if len(ws) > 1 else proto.role(next(iter(ws)))
-            lines.append(f"  line {line:4d}  {who}: {verb[kind]}  `{text}`")
-    syncs = sorted({(op.line, op.text) for ops in proto.warps for op in ops if op.kind in ("sync", "bar_arrive")})
+            where = f" in cta {' and '.join(map(str, dest))}" if dest else ""
+            lines.append(f"  line {line:4d}  {_who(proto, s['warps'])}: {verb[kind]}{where}  `{text}`")
+    kinds = ("sync", "bar_arrive", "cluster_arrive", "cluster_wait")
+    syncs = sorted({(op.line, op.text) for ops in proto.warps for op in ops if op.kind in kinds})
     if syncs:
-        lines.append("CTA / named barriers:")
+        lines.append("CTA / named barriers:" if not cluster else "CTA / named barriers (each CTA's own) and the "
+                     "cluster barrier:")
         lines += [f"  line {line:4d}  `{text}`" for line, text in syncs]
     return lines
 
@@ -549,7 +824,8 @@ def cross_waits(proto: Protocol, groups: dict, issuer: int) -> list[str]:
     tile, walk back through the issuer's operations to its previous wait on a barrier A arrives on
     (A's own last output); a wait met on the way on a barrier another group B arrives on means A's
     next tile waits for B. Barriers a group waits on once (the final O) are not per tile and are
-    left out. ``groups``: name -> warps."""
+    left out. ``groups``: name -> the protocol's warps (in a cluster, the group's warps in every
+    CTA: ``cluster_warps``); the first one's waits stand for the group's."""
     def bars(warps, kind):
         return [op.bar for w in warps for op in proto.warps[w] if op.kind == kind]
     arrived = {g: set(bars(ws, "arrive")) for g, ws in groups.items()}
@@ -559,7 +835,10 @@ def cross_waits(proto: Protocol, groups: dict, issuer: int) -> list[str]:
     found = set()
     for a in groups:
         for i, op in enumerate(ops):
-            if op.kind not in ("commit", "arrive") or op.bar not in per_tile[a]:
+            if op.kind not in ("commit", "arrive"):
+                continue
+            bar = next((b for b in lands_on(op) if b in per_tile[a]), None)
+            if bar is None:
                 continue
             for prev in reversed(ops[:i]):
                 if prev.kind != "wait":
@@ -568,7 +847,7 @@ def cross_waits(proto: Protocol, groups: dict, issuer: int) -> list[str]:
                     break
                 for b in groups:
                     if b != a and prev.bar in arrived[b]:
-                        found.add(f"{a} waits for {b}: the {op.bar} completion of line {op.line} follows the "
+                        found.add(f"{a} waits for {b}: the {bar} completion of line {op.line} follows the "
                                   f"wait on {prev.bar} (line {prev.line}) after {a}'s previous output")
     return sorted(found)
 

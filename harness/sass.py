@@ -18,10 +18,14 @@ MECHANISMS: tuple[tuple[str, str, str], ...] = (
     ("HGMMA.RS", r"(?!)", "wgmma, A operand from registers"),   # counted from operands, below
     ("UTCHMMA", r"UTC\w*MMA\b", "Blackwell tcgen05.mma"),
     ("UTCHMMA.TS", r"(?!)", "tcgen05.mma, A operand from TMEM"),  # counted from operands, below
+    ("UTCHMMA.2CTA", r"UTC\w*MMA\.2CTA", "tcgen05.mma.cta_group::2: one MMA over a CTA pair"),
     ("UTCBAR", r"UTCBAR\b", "tcgen05.commit to an mbarrier"),
+    ("UTCBAR.2CTA", r"UTCBAR\.2CTA", "commit to the mbarriers of both CTAs of a pair"),
     ("LDTM", r"LDTM\b", "tensor memory -> registers"),
     ("STTM", r"STTM\b", "registers -> tensor memory"),
     ("UTMALDG", r"UTMALDG\b", "TMA load"),
+    ("UTMALDG.2CTA", r"UTMALDG\.\w+\.2CTA", "TMA load whose bytes count on the pair leader's mbarrier"),
+    ("UCGABAR", r"UCGABAR_\w+", "cluster barrier (arrive/wait)"),
     ("UTMASTG", r"UTMASTG\b", "TMA store"),
     ("SYNCS", r"SYNCS\b", "mbarrier arrive/wait"),
     ("WARPGROUP.ARRIVE", r"WARPGROUP\.ARRIVE\b", "wgmma fence"),
@@ -261,10 +265,13 @@ ROLE_OPCODES = ("STL", "LDL", "LDTM", "STTM", "MUFU.EX2", "UTCHMMA", "VOTE", "BA
 
 @dataclass(frozen=True)
 class RegisterRegion:
-    """The SASS from one setmaxnreg to the next (or to the end): one role's code in a kernel whose
-    roles each start with their own setmaxnreg (region 0, ``registers`` None, is the code before)."""
+    """The SASS from one setmaxnreg to the next (or to the last EXIT): one role's code in a kernel
+    whose roles each start with their own setmaxnreg (region 0, ``registers`` None, is the code
+    before). ``out_of_line``: the code ptxas places after the kernel's last EXIT (the retry loops
+    of mbarrier waits, subroutines), reached by branches from every role's code: no one role's."""
     registers: int | None
     lines: tuple[str, ...]
+    out_of_line: bool = False
 
     def count(self, opcode: str) -> int:
         """Instructions whose opcode is ``opcode`` or starts with ``opcode.``."""
@@ -272,14 +279,23 @@ class RegisterRegion:
         return sum(bool(pattern.search(line)) for line in self.lines)
 
 
+_EXIT = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+EXIT\s*;")
+
+
 def register_regions(sass_text: str) -> list[RegisterRegion]:
-    """Split a kernel's SASS at every USETMAXREG, in address order."""
+    """Split a kernel's SASS at every USETMAXREG, in address order; what follows the last
+    unpredicated EXIT is a last, out-of-line region."""
+    lines = sass_text.splitlines()
+    exits = [i for i, line in enumerate(lines) if _EXIT.search(line)]
+    end = exits[-1] + 1 if exits else len(lines)
     regions, registers, current = [], None, []
-    for line in sass_text.splitlines():
+    for line in lines[:end]:
         m = _SETMAXREG.search(line)
         if m:
             regions.append(RegisterRegion(registers, tuple(current)))
             registers, current = int(m.group(2), 0), []
         current.append(line)
     regions.append(RegisterRegion(registers, tuple(current)))
+    if end < len(lines):
+        regions.append(RegisterRegion(None, tuple(lines[end:]), out_of_line=True))
     return regions

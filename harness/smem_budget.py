@@ -8,6 +8,8 @@ hardware's budget without a GPU.
 
 from __future__ import annotations
 
+import inspect
+
 SMEM_PER_CTA_LIMIT = 227 * 1024     # opt-in maximum dynamic shared memory per block, sm_90 and sm_100 alike
 
 
@@ -22,9 +24,13 @@ def shared_storage_bytes(step) -> int:
     set_target_arch(step.info.archs[0])
     found = {}
 
+    # A 2-CTA step's layouts are the per-CTA parts of its tiled MMAs' operands: built from them.
+    needs_mmas = bool(inspect.signature(module.make_smem_layouts).parameters)
+
     @cute.jit
     def measure():
-        layouts = module.make_smem_layouts()
+        layouts = module.make_smem_layouts(*module.make_tiled_mmas(cutlass.BFloat16)) if needs_mmas \
+            else module.make_smem_layouts()
         found["bytes"] = module.make_shared_storage(cutlass.BFloat16, *layouts).size_in_bytes()
 
     measure()

@@ -3,7 +3,8 @@ bound model gives it.
 
 The warps' programs are the protocol model's (harness/protocol.py: every barrier operation in
 program order, from the kernel's source) with the step's timeline markers in them (the instrumented
-copy of harness/timeline.py). The replay is a discrete-event simulation of one CTA alone on its SM:
+copy of harness/timeline.py). The replay is a discrete-event simulation of one CTA alone on its SM
+(a 2-CTA step: of its cluster, each CTA loading on its own SM, the leader's warps drawn):
 
 - a phase named like a GEMM (``QK^T``, ``S0``, ``S1``: Q K^T; ``PV``, ``O0``, ``O1``: P V) puts one
   GEMM of one Q tile, tensor / (2 x Q tiles) cycles of harness/bound.py, on the tensor pipe, which
@@ -55,8 +56,10 @@ def simulate(step: Step, gpu_key: str | None = None, n_blocks: int = timeline.KE
                              step=step.id)
     d = durations(step, gpu_key)
     result = _run(proto, names, d, waits_for_gemm=step.track != "blackwell")
+    # A cluster (b13) is simulated whole; the picture shows the leader CTA's warps (the peer's
+    # differ only in having no MMAs to issue).
     warps = [{"warp": w, "role": timeline.role_of(step.module, w, {names[p] for _, p, _, _ in iv}), "intervals": iv}
-             for w, iv in enumerate(result["intervals"]) if iv]
+             for w, iv in enumerate(result["intervals"][:proto.warps_per_cta]) if iv]
     return {"step": step.id, "simulated": True, "gpu": gpu_key, "n_blocks": n_blocks, "phases": names,
             "warps": timeline.lanes({"warps": warps}), "tensor": result["tensor"],
             "durations": {k: round(v, 1) for k, v in d.items()}}
@@ -66,10 +69,12 @@ def _run(proto: protocol.Protocol, names: list[str], d: dict, *, waits_for_gemm:
     n = len(proto.warps)
     pc, t = [0] * n, [0.0] * n
     blocked: list = [None] * n
-    bars = {b: protocol.MBarrier(c) for b, c in proto.counts.items()}
+    cluster = proto.ctas > 1
+    bars = {b: (protocol._PairBarrier if cluster else protocol.MBarrier)(c) for b, c in proto.counts.items()}
     events: list = []                 # (time, seq, kind, bar, arrivals): copies, commits, GEMM completions
     seq = 0
-    l2_free = 0.0
+    l2_free = [0.0] * proto.ctas      # each CTA's SM loads its own copies
+    cluster_bar = {"arrived": 0, "waiting": []}
     pipe = _TensorPipe(shared=waits_for_gemm)
     open_phase: dict = {}
     intervals: list = [[] for _ in range(n)]
@@ -109,12 +114,15 @@ def _run(proto: protocol.Protocol, names: list[str], d: dict, *, waits_for_gemm:
         elif op.kind in ("arrive", "expect"):
             arrive(op.bar, op.value, now, expect=op.copies if op.kind == "expect" else 0)
         elif op.kind == "copy":
-            l2_free = max(now + bound.LOAD_LATENCY, l2_free) + d["copy"]
-            push(l2_free, "copy", op.bar)
+            cta = proto.cta_of(w)
+            l2_free[cta] = max(now + bound.LOAD_LATENCY, l2_free[cta]) + d["copy"]
+            push(l2_free[cta], "copy", op.bar)
         elif op.kind == "commit":
-            push(pipe.drained(now) + MMA_LATENCY, "commit", op.bar, op.value)
+            for bar in protocol.lands_on(op):          # a multicast commit: each CTA of its mask
+                push(pipe.drained(now) + MMA_LATENCY, "commit", bar, op.value)
         elif op.kind in ("sync", "bar_arrive"):
-            st = named.setdefault(op.value, {"arrived": 0, "waiting": []})
+            key = (proto.cta_of(w), op.value)          # named barriers are per CTA
+            st = named.setdefault(key, {"arrived": 0, "waiting": []})
             st["arrived"] += protocol.WARP
             if op.kind == "sync":
                 st["waiting"].append(w)
@@ -122,9 +130,23 @@ def _run(proto: protocol.Protocol, names: list[str], d: dict, *, waits_for_gemm:
                 for x in st["waiting"]:
                     if x != w:
                         resume(x, now)
-                named[op.value] = {"arrived": 0, "waiting": []}
+                named[key] = {"arrived": 0, "waiting": []}
             elif op.kind == "sync":
-                blocked[w] = ("named", op.value)
+                blocked[w] = ("named", key)
+                return
+        elif op.kind in ("cluster_arrive", "cluster_wait"):
+            # the cluster barrier: every warp of every CTA arrives once per generation
+            if op.kind == "cluster_arrive":
+                cluster_bar["arrived"] += 1
+            else:
+                cluster_bar["waiting"].append(w)
+            if cluster_bar["arrived"] == n and len(cluster_bar["waiting"]) == n:
+                for x in cluster_bar["waiting"]:
+                    if x != w:
+                        resume(x, now)
+                cluster_bar.update(arrived=0, waiting=[])
+            elif op.kind == "cluster_wait":
+                blocked[w] = ("cluster",)
                 return
         elif op.kind == "mark":
             phase = names[op.value]

@@ -24,6 +24,12 @@ def attention_flops(shape) -> float:
     return 4.0 * b * h * s * s * d
 
 
+def rows_per_cluster(info) -> int:
+    """Query rows one cluster of CTAs covers (a 2-CTA step, INFO.extra["cta_group"] = 2: two CTAs'
+    tile_m): the unit a seqlen must be a multiple of."""
+    return info.tile_m * info.extra.get("cta_group", 1)
+
+
 @dataclass(frozen=True)
 class NumericsCase:
     name: str
@@ -33,7 +39,7 @@ class NumericsCase:
     magnitude: float = 1.0       # q and k are scaled by this: scores grow with its square
 
     def shape_for(self, info) -> tuple[int, int, int, int]:
-        unit = math.lcm(info.tile_m, info.tile_n)
+        unit = math.lcm(rows_per_cluster(info), info.tile_n)
         return (self.batch, self.seqlen_tiles * unit, self.heads, HEAD_DIM)
 
 

@@ -1,7 +1,8 @@
 """Every mbarrier of every step, read from the kernel's source (harness/protocol.py) and replayed
 under random schedules: no deadlock, every wait passes on the completion it is meant for, every
-asynchronous arrive (tcgen05.commit, a copy's bytes) is waited for before the CTA exits. The
-arrival counts the model reads from the source are the ones the compiled PTX initialises.
+asynchronous arrive (tcgen05.commit, a copy's bytes) is waited for before the CTA exits; b13's
+two CTAs are replayed together as one cluster. The arrival counts the model reads from the source
+are the ones the compiled PTX initialises.
 
 The model must be able to fail: each broken copy below is a bug a kernel could have (three of
 them are bugs these kernels had)."""
@@ -39,7 +40,7 @@ def test_the_model_sees_every_handoff_of_the_warp_specialized_steps():
 @pytest.mark.parametrize("step", STEPS, ids=step_id)
 def test_arrival_counts_are_the_ones_the_ptx_initialises(step):
     ptx = compile_step(step, _arch(step)).ptx.read_text()
-    model = sorted(protocol.extract(step.module, 2).counts.values())
+    model = sorted(protocol.extract(step.module, 2).cta_counts().values())   # a cluster: one CTA's code
     assert protocol.ptx_init_counts(ptx) == model
 
 
@@ -92,6 +93,11 @@ B07_TAIL = """        _, parity = ring_position(n_blocks)
 _P_FULL = "mbarrier_init(p_full + g, TILE_M)"
 _KV_EMPTY = "mbarrier_init(kv_empty + stage, NUM_CONSUMER_WARPS)"
 _KV_FULL_WAIT = "cute.arch.mbarrier_wait(kv_full + stage, parity)"
+# b13 (a cluster of two CTAs): the deadlock reports name the warp and the CTA of the barrier
+_B13_KV_FULL_EXPECT = """        if cta_rank == leader:
+                    with cute.arch.elect_one():
+                        cute.arch.mbarrier_arrive_and_expect_tx(kv_full + slot, slot_bytes)"""
+_B13_MMA_STUCK_ON_P_FULL = r"(?s)deadlock.*mma warp 12 \(cta 0\): [^\n]*waits on cta 0's p_full"
 
 # (id, step, edits, what the error says). Each is a bug a kernel could have; the first three are
 # bugs these kernels had.
@@ -130,6 +136,34 @@ BROKEN = [
     ("h09-both-pre-arrive", "h09", [("        if wg == 1:\n            cute.arch.barrier_arrive(",
                                      "        if wg >= 0:\n            cute.arch.barrier_arrive(")],
      "twice in one generation|deadlock|no generation completed"),
+    # b13: the leader's commit that frees a V slot lands in its own CTA only; the peer's load warp
+    # waits for that slot forever
+    ("b13-commit-without-the-peer-bit", "b13", [("tcgen05.commit(kv_empty + v_slot, PAIR_MASK,",
+                                                 "tcgen05.commit(kv_empty + v_slot, 0b01,")],
+     r"(?s)deadlock.*load warp 13 \(cta 1\): [^\n]*waits on cta 1's kv_empty"),
+    # p_full counting one CTA's softmax threads: two completions per tile, the parity aliases
+    ("b13-p_full-count-of-one-cta", "b13", [("mbarrier_init(p_full + g, P_FULL_ARRIVALS)",
+                                             "mbarrier_init(p_full + g, TILE_M)")],
+     _B13_MMA_STUCK_ON_P_FULL + r"|p_full.*(later than|half done)"),
+    # nothing orders the other CTA's first remote arrive, copy or commit after this CTA's inits
+    ("b13-no-cluster-barrier-after-init", "b13", [("    cute.arch.cluster_arrive_relaxed()\n", ""),
+                                                  ("    cute.arch.cluster_wait()\n", "")],
+     "may not be initialised yet.*before the cluster barrier"),
+    # the peer's softmax arrives on its own p_full: the leader's gets half its arrivals
+    ("b13-peer-arrives-on-its-own-p_full", "b13", [("mbarrier_arrive(p_full + q_tile, leader)",
+                                                    "mbarrier_arrive(p_full + q_tile)")],
+     _B13_MMA_STUCK_ON_P_FULL + r"[^\n]*128 of 256 arrivals"),
+    # the TMEM handshake: each MMA warp arrives on its own tmem_free (then frees the pair's TMEM
+    # while the other CTA may still use it), or on none (both wait forever)
+    ("b13-tmem-handshake-on-its-own-cta", "b13", [("mbarrier_arrive(tmem_free, peer)",
+                                                   "mbarrier_arrive(tmem_free, cta_rank)")],
+     r"frees the pair's TMEM while nothing orders it after warps 0-15 \(cta [01]\)"),
+    ("b13-no-tmem-handshake", "b13", [("        cute.arch.mbarrier_arrive(tmem_free, peer)\n", "")],
+     r"(?s)deadlock.*mma warp 12 \(cta 0\): [^\n]*cta 0's tmem_free.*mma warp 12 \(cta 1\): [^\n]*cta 1's tmem_free"),
+    # the peer announces the K/V bytes on its own kv_full: the leader's, where they land, has none
+    ("b13-peer-expects-instead-of-the-leader", "b13", [(_B13_KV_FULL_EXPECT, _B13_KV_FULL_EXPECT.replace(
+        "cta_rank == leader", "cta_rank != leader"))],
+     r"TMA copy on cta 0's kv_full\[0\] by load warp 13 \(cta 0\) with no expect-tx"),
 ]
 
 
@@ -164,7 +198,7 @@ def test_a_first_wait_that_passes_on_a_later_completion_is_caught():
 def test_an_arrive_on_another_ctas_barrier_is_refused():
     module, source = _broken("b08", ("cute.arch.mbarrier_arrive(p_full + q_tile)",
                                      "cute.arch.mbarrier_arrive(p_full + q_tile, 1)"))
-    with pytest.raises(protocol.ExtractionError, match="another CTA"):
+    with pytest.raises(protocol.ExtractionError, match="another CTA's barrier is not modelled: the step has no cluster"):
         protocol.extract(module, 2, source=source)
 
 
@@ -191,9 +225,11 @@ def test_a_warp_arriving_twice_in_one_generation_is_caught():
 
 
 def _softmax_cross_waits(step, n_blocks=3, source=None):
+    """A group is its warps in every CTA (b13: both CTAs' softmax g feed the leader's p_full[g]); the
+    issuer is the MMA warp of CTA 0 (the leader's, in a cluster)."""
     roles = step.info.extra["warp_roles"]
-    groups = {name: warps for name, warps in roles.items() if name.startswith("softmax")}
     proto = protocol.extract(step.module, n_blocks, source=source)
+    groups = {name: protocol.cluster_warps(proto, warps) for name, warps in roles.items() if name.startswith("softmax")}
     return protocol.cross_waits(proto, groups, roles["mma"][0])
 
 
@@ -254,3 +290,50 @@ def test_an_element_store_the_walk_cannot_evaluate_keeps_its_index_names():
     walk = protocol._Walk(resolve("b12").module, [], warp=5, n_blocks=1, threads=512)
     walk.block(ast.parse("q_tile = warp_idx // 4\ns[q_tile * 128 + row] = unknown\nt, u = unknown").body)
     assert walk.env["q_tile"] == 1 and "t" not in walk.env
+
+
+def test_a_cluster_lands_the_pairs_copies_on_the_leaders_barrier_and_multicast_commits_in_both_ctas():
+    """b13: both load warps' cta_group::2 copies complete on CTA 0's q_full / kv_full, whose expect-tx
+    (the leader's only) counts the pair's copies; the leader's commits land in both CTAs; both CTAs'
+    softmax threads arrive on the leader's p_full. A 1-CTA step's barriers name no CTA."""
+    module = resolve("b13").module
+    proto = protocol.extract(module, 2)
+    per = proto.warps_per_cta
+    assert (proto.ctas, per) == (2, module.NUM_WARPS)
+    leader, peer = proto.warps[module.LOAD_WARP], proto.warps[per + module.LOAD_WARP]
+    for cta, load in enumerate((leader, peer)):
+        assert {op.bar.cta for op in load if op.kind == "copy"} == {0}
+        assert {op.bar.cta for op in load if op.kind == "wait"} == {cta}     # its own kv_empty
+    assert not any(op.kind == "expect" for op in peer)
+    q_expect = next(op for op in leader if op.kind == "expect" and op.bar.name == "q_full")
+    assert q_expect.copies == 2 * module.NUM_Q_TILES
+    commits = [op for op in proto.warps[module.MMA_WARP] if op.kind == "commit"]
+    assert commits and all(op.ctas == (0, 1) for op in commits)
+    assert not any(op.kind == "commit" for op in proto.warps[per + module.MMA_WARP])
+    assert {op.bar for op in proto.warps[per] if op.kind == "arrive"} == {protocol.Bar("p_full", 0, 0)}
+    text = "\n".join(protocol.describe(module))
+    assert "load warp 13 (cta 0 and 1): TMA copy lands in cta 0" in text
+    assert "mma warp 12 (cta 0): tcgen05.commit arrives in cta 0 and 1" in text
+    assert "warps 0-7 (cta 0 and 1): arrive in cta 0  `cute.arch.mbarrier_arrive(p_full + q_tile, leader)`" in text
+    assert "mma warp 12 (cta 1): arrive in cta 0  `cute.arch.mbarrier_arrive(tmem_free, peer)`" in text
+    one = protocol.extract(resolve("b12").module, 2)
+    assert one.ctas == 1 and {b.cta for b in one.counts} == {None} and not any(
+        op.kind == "init" for ops in one.warps for op in ops)
+
+
+def test_only_the_cluster_barrier_orders_a_remote_arrive_after_the_other_ctas_init():
+    """Hand-built pair: CTA 0's warp inits a barrier and waits on it, CTA 1's warp arrives on it
+    remotely. With both at the cluster barrier in between every schedule passes; without it every
+    schedule is refused, whether the arrive comes before the init or after it in time."""
+    bar = protocol.Bar("b", 0, 0)
+    init = protocol.Op("init", 1, "init", bar, 1)
+    arrive = protocol.Op("arrive", 2, "arrive(b, 0)", bar, 1)
+    wait = protocol.Op("wait", 3, "wait", bar, 0)
+    ca, cw = protocol.Op("cluster_arrive", 4, "arrive"), protocol.Op("cluster_wait", 5, "wait")
+    ordered = protocol.Protocol("toy", [[init, ca, cw, wait], [ca, cw, arrive]], {bar: 1}, ctas=2)
+    for seed in range(40):
+        protocol.replay(ordered, seed)
+    racy = protocol.Protocol("toy", [[init, wait], [arrive]], {bar: 1}, ctas=2)
+    for seed in range(40):
+        with pytest.raises(ProtocolError, match="warp 0 \\(cta 1\\) .* may not be initialised yet"):
+            protocol.replay(racy, seed)

@@ -385,16 +385,18 @@ def _roles_by_registers(step):
     """{registers after setmaxnreg: [RegisterRegion, ...]} of the step's sm_100a SASS."""
     regions = {}
     for region in sass.register_regions(compile_step(step, ARCH).sass.text):
-        regions.setdefault(region.registers, []).append(region)
+        if not region.out_of_line:
+            regions.setdefault(region.registers, []).append(region)
     return regions
 
 
-def test_b12_splits_the_register_file_between_four_whole_warpgroups():
+@pytest.mark.parametrize("sid", ["b12", "b13"])
+def test_b12_on_splits_the_register_file_between_four_whole_warpgroups(sid):
     """16 warps, four whole warpgroups (setmaxnreg acts per warpgroup): softmax 0-7 raise their
     registers to 192, the correction warpgroup 8-11 drops to 80, the MMA, load and two idle warps to
     48 in one setmaxnreg taken before they part ways; together exactly the register file (512
     threads x 128 at launch = 65,536)."""
-    step = resolve("b12")
+    step = resolve(sid)
     mod, extra = step.module, step.info.extra
     roles = extra["warp_roles"]
     assert sorted(w for warps in roles.values() for w in warps) == list(range(16))
@@ -407,10 +409,11 @@ def test_b12_splits_the_register_file_between_four_whole_warpgroups():
     assert compile_step(step, ARCH).registers == 128       # the entry count ptxas needs to honour them
 
 
-def test_b12_rescales_o_only_in_the_correction_warps_after_a_vote():
+@pytest.mark.parametrize("sid", ["b12", "b13"])
+def test_b12_on_rescales_o_only_in_the_correction_warps_after_a_vote(sid):
     """b11's softmax stores P and O to TMEM (its rescale); b12's softmax stores only P, and O's
     load-scale-store sits in the correction warpgroup's code, behind a ballot."""
-    step = resolve("b12")
+    step = resolve(sid)
     mod = step.module
     regions = _roles_by_registers(step)
     (softmax,), (correction,) = regions[mod.SOFTMAX_REGISTERS], regions[mod.CORRECTION_REGISTERS]
@@ -442,3 +445,148 @@ def test_b12_softmax_does_not_spill_and_the_declared_spills_are_elsewhere():
     assert softmax.count("STL") == 0
     assert sum(r.count("STL") for r in regions[mod.OTHER_REGISTERS]) > 0
     assert "spills_at_register_cap" in step.info.extra
+
+
+# ---- b13: 2-CTA MMA ---------------------------------------------------------------------------
+
+def test_b13_every_tcgen05_instruction_runs_on_the_cta_pair():
+    """The PTX ISA forbids mixing: every tcgen05 alloc, dealloc, relinquish, mma and commit of a
+    kernel must name the same cta_group. b13's are all cta_group::2, every commit is multicast
+    to the pair (mask 0b11), and the SASS issues only the pair forms."""
+    step = resolve("b13")
+    ptx = _ptx(step)
+    assert "cta_group::1" not in ptx
+    for op in ("alloc", "dealloc", "relinquish_alloc_permit", "mma", "commit"):
+        found = re.findall(rf"tcgen05\.{op}\.(\S+)", ptx)
+        assert found and all(f.startswith("cta_group::2") for f in found), (op, set(found))
+    assert all(".multicast::cluster" in c for c in re.findall(r"tcgen05\.commit\S+", ptx))
+    mech = compile_step(step, ARCH).sass.mechanisms
+    assert mech["UTCHMMA"] == mech["UTCHMMA.2CTA"] == 64          # 2 Q tiles x (8 + 8) k-blocks x 2 (loop, prologue/tail)
+    assert mech["UTCBAR"] == mech["UTCBAR.2CTA"] > 0
+    assert mech["UTMALDG"] == mech["UTMALDG.2CTA"] > 0
+    assert mech["UCGABAR"] == 2                                     # one cluster arrive, one wait
+
+
+def test_b13_launches_clusters_of_two_ctas():
+    """The cluster shape is a launch attribute, not in the PTX; the IR's launch facts carry it."""
+    from harness.compile import launch_facts
+    facts = launch_facts(resolve("b13"), ARCH)
+    assert facts["cluster_launch"] and facts["exact_cluster_dim"] == (2, 1, 1)
+    assert not launch_facts(resolve("b12"), ARCH)["cluster_launch"]
+
+
+def test_b13_tma_bytes_land_on_the_leaders_barrier_which_expects_the_pairs_bytes():
+    """Every TMA load is a cta_group::2 copy whose mbarrier address has the peer bit (bit 24 of a
+    shared::cluster address) cleared: CTA 1's bytes count on CTA 0's barrier. The leader's
+    expect-tx therefore announces both CTAs' bytes: 2 x (two Q tiles) and 2 x (one half-tile slot)."""
+    mod = resolve("b13").module
+    ptx = _ptx(resolve("b13"))
+    copies = re.findall(r"cp\.async\.bulk\.tensor\.\S+ \[[^\]]+\], \[[^\]]+\], \[(%r\d+)\]", ptx)
+    assert copies and all("cta_group::2" in c for c in re.findall(r"cp\.async\.bulk\.tensor\.\S+", ptx))
+    for reg in set(copies):
+        (mask,) = re.findall(rf"and\.b32\s+{re.escape(reg)}, %r\d+, (-?\d+);", ptx)
+        assert not int(mask) & (1 << 24), (reg, mask)
+    q_bytes = 2 * mod.NUM_Q_TILES * mod.TILE_M * mod.HEAD_DIM
+    assert sorted(set(sass.expect_tx_bytes(ptx))) == [2 * 2 * mod.SLOT_ELEMS, 2 * q_bytes] == [32768, 131072]
+
+
+def test_b13_inits_its_barriers_before_the_cluster_barrier_and_touches_the_peer_only_after():
+    """Barrier init, fence.mbarrier_init.release.cluster, then the cluster barrier (every thread of
+    both CTAs); only after it the pair allocates TMEM, a TMA copy lands or a thread arrives on the
+    other CTA's barrier (mapa)."""
+    ptx = _ptx(resolve("b13"))
+
+    def first(pattern):
+        return re.search(pattern, ptx).start()
+    sync = [first(p) for p in (r"mbarrier\.init", r"fence\.mbarrier_init\.release\.cluster",
+                               r"barrier\.cluster\.arrive", r"barrier\.cluster\.wait")]
+    assert sync == sorted(sync)
+    assert all(first(p) > sync[-1] for p in (r"tcgen05\.alloc", r"cp\.async\.bulk\.tensor", r"mapa\."))
+    from harness.protocol import ptx_init_counts
+    counts = ptx_init_counts(ptx)
+    mod = resolve("b13").module
+    assert counts.count(mod.P_FULL_ARRIVALS) == 2 * mod.NUM_Q_TILES == counts.count(256)   # p_full, o_ready
+    assert counts.count(mod.TMEM_FREE_ARRIVALS) == 1
+
+
+def _mma_split(step):
+    """{(operand, CTA): (first coordinate, layout)} of the 2-CTA MMAs' split, from their own
+    partition of coordinate tensors: which rows of Q (of the MMA's 256), keys of K and head dims
+    of V CTA v holds."""
+    import cutlass
+    import cutlass.cute as cute
+
+    from ladder.contract import set_target_arch
+    set_target_arch(ARCH)
+    m, found = step.module, {}
+
+    @cute.jit
+    def measure():
+        tiled_mma, tiled_mma_pv = m.make_tiled_mmas(cutlass.BFloat16)
+        for v in cutlass.range_constexpr(m.CLUSTER_CTAS):
+            for name, mma, shape, side in (("Q", tiled_mma, (m.MMA_M, m.HEAD_DIM), "A"),
+                                           ("K", tiled_mma, (m.TILE_N, m.HEAD_DIM), "B"),
+                                           ("Vt", tiled_mma_pv, (m.HEAD_DIM, m.TILE_N), "B")):
+                coords = cute.make_identity_tensor(shape)
+                thr = mma.get_slice(v)
+                part = thr.partition_A(coords) if side == "A" else thr.partition_B(coords)
+                found[(name, v)] = (str(part.iterator), str(part.layout))
+
+    measure()
+    return {k: (tuple(int(x) for x in re.findall(r"\d+", it)), lay) for k, (it, lay) in found.items()}
+
+
+def test_b13_each_cta_holds_its_q_rows_and_half_of_every_k_and_v_tile():
+    """CTA v holds rows 128v.. of each 256-row Q tile (its own TMEM lanes 0-127), keys 64v..+63
+    of K and head dims 64v..+63 of V (all 128 of the other mode, 8 k-blocks of 16); the O rows
+    each CTA stores (o_row_tile) are the Q rows its MMA part computed, and the cluster's rows are
+    each stored once."""
+    step = resolve("b13")
+    mod = step.module
+    split = _mma_split(step)
+    for v in range(2):
+        assert split[("Q", v)] == ((128 * v, 0), "((128,16),1,8):((1@0,1@1),0,16@1)")
+        assert split[("K", v)] == ((64 * v, 0), "((64,16),1,8):((1@0,1@1),0,16@1)")
+        assert split[("Vt", v)] == ((64 * v, 0), "((64,16),1,8):((1@0,1@1),0,16@1)")
+    clusters = 3
+    rows = [mod.o_row_tile(m, g, v) for m in range(clusters) for g in range(mod.NUM_Q_TILES) for v in range(2)]
+    assert sorted(rows) == list(range(clusters * 4))
+    for m in range(clusters):
+        for g in range(mod.NUM_Q_TILES):
+            for v in range(2):
+                q_row = (mod.NUM_Q_TILES * m + g) * mod.MMA_M + split[("Q", v)][0][0]
+                assert mod.o_row_tile(m, g, v) * mod.TILE_M == q_row
+
+
+def test_b13_halves_the_kv_bytes_each_sm_loads_per_tile():
+    """Per K/V tile each CTA loads two half-tile slots (its K half and its V half): 32 KB instead
+    of b12's 64 KB, for the same 256 query rows per CTA."""
+    b12, b13 = resolve("b12").module, resolve("b13").module
+    per_cta = {"b12": _kv_bytes_per_tile(resolve("b12")) // b12.NUM_STAGES, "b13": 2 * 2 * b13.SLOT_ELEMS}
+    assert per_cta == {"b12": 65536, "b13": 32768}
+    assert b12.INFO.tile_m == b13.INFO.tile_m
+
+
+def test_b13_emulates_fa4s_two_cta_share_of_the_exponentials():
+    """FA4's 2-CTA setting (ex2_emu_freq 10): elements 6-9, 16-19, 26-29 of the two middle
+    32-element fragments, 24 of 128; the softmax issues 128 - 24 MUFU.EX2 per row and tile (plus
+    one for the rescale factor)."""
+    step = resolve("b13")
+    mod = step.module
+    emulated = [(c, i) for c in range(4) for i in range(0, 32, 2) if mod.ex2_is_emulated(c, i, 4)]
+    assert [i for c, i in emulated if c == 1] == [6, 8, 16, 18, 26, 28]
+    assert 2 * len(emulated) == mod.EX2_EMULATED_PER_TILE == 24
+    (softmax,) = _roles_by_registers(step)[mod.SOFTMAX_REGISTERS]
+    assert softmax.count("MUFU.EX2") == mod.TILE_N - mod.EX2_EMULATED_PER_TILE + 1
+
+
+def test_b13_softmax_spills_only_its_row_sum_pair_and_declares_it():
+    """With FA4's 2-CTA share of emulated exponentials (24 per row, b12: 16) ptxas runs out of
+    the softmax's 192 registers at the peak of the exponentials: it parks one 64-bit register pair
+    (the running row sum and a neighbour) in local memory once per tile and moves one pair through
+    it; nothing more. The step declares it."""
+    step = resolve("b13")
+    mod = step.module
+    (softmax,) = _roles_by_registers(step)[mod.SOFTMAX_REGISTERS]
+    assert softmax.count("STL") <= 3
+    assert "softmax" in step.info.extra["spills_at_register_cap"]

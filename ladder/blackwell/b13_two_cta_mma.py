@@ -1,0 +1,879 @@
+"""b13 — 2-CTA MMA: two CTAs on two SMs run one 256-row tcgen05.mma, each holding half of every K and V tile.
+
+Change from b12: a cluster of two CTAs (one per SM of a pair) shares every MMA. The leader CTA
+(rank 0) issues tcgen05.mma.cta_group::2 with M = 256: rows 0-127 are its own Q tile and S/O
+accumulators, rows 128-255 the peer's, in the peer's shared memory and TMEM. The B operand is
+split between the two: each CTA loads half of every K tile (64 keys x 128 dims) and half of
+every V tile (64 dims x 128 keys), so a K/V tile's bytes come into the pair once, half into
+each SM, and the tensor cores read each half from the SM that holds it. K and V halves go
+through one ring of KV_SLOTS 16 KB slots (K_j at ring position 2j, V_j at 2j + 1, as FA4), so the
+MMA waits for K and V separately and frees each as soon as its last MMA is issued. The
+exponentials' emulated share follows FA4's 2-CTA setting: 24 of 128 per row (18.75%, EMU_PERIOD
+10) instead of 16.
+
+The hand-offs cross the pair: both CTAs' TMA bytes land on the leader's kv_full / q_full (the
+leader's expect-tx counts the pair's bytes); the leader's tcgen05.commit arrives on the barrier
+at the same address in both CTAs (multicast mask 0b11), so each CTA's softmax warps wait on
+their own s_full / o_full and its load warp on its own kv_empty, as in b12; the peer's softmax and
+correction threads arrive remotely on the leader's p_full and o_ready (256 arrivals each). Both
+CTAs' MMA warps allocate TMEM together (tcgen05.alloc.cta_group::2, after a cluster barrier that
+follows the mbarrier init) and free it together after a handshake of remote arrivals.
+
+Why: in b12 one 128 x 128 x 16 MMA of S reads 4 KB of Q and 4 KB of K from its SM's shared
+memory per k-block: 8 KB in the 64 clocks it takes at 8,192 dense FLOP per clock, 128 B per
+clock, all the bandwidth of the SM's shared memory, with nothing left for the TMA's writes. With
+M = 256 across two SMs, each SM's tensor core still computes its own 128 rows (64 clocks per
+k-block, the same FLOP per SM), but each SM's shared memory supplies only its own Q rows and
+half of the K block, which both tensor cores read: 4 KB + 2 KB, 96 B per clock (75%). P V (A
+from TMEM) reads 2 KB of V per k-block instead of 4 KB. Each SM also loads 32 KB per K/V tile
+from global memory instead of 64 KB.
+
+Expect (``ladder bound b13 --gpu b200``, a model, not a measurement): the smem term per CTA and
+tile drops by a third (operand reads 1,536 -> 1,024 cycles) and the L2 term halves, but in the
+model neither binds b12: its chain (one Q tile's GEMMs, softmax and hand-offs) does, and the
+2-CTA share of emulated exponentials adds FMA-pipe instructions to that chain. So the model
+predicts b13 a little below b12, and exp:b13-one-cta-emulation (b12's 16 emulated) close to it.
+The model's smem term leaves out the TMA's writes into shared memory (b12: 64 KB per tile, 512
+cycles at 128 B per clock, which would put smem level with the tensor core); on a B200 the pair
+may gain more than the model sees. Against it: the pair moves at the pace of its slower CTA (the
+leader waits for both CTAs' softmax and correction), and FA4 reports that CUDA-12 toolchains
+compile its 2-CTA kernel ~18% slower (flash_attn/cute/utils.py); this DSL build emits PTX 8.8.
+
+Evidence: ``ladder sass b13 --against b12`` (UTCHMMA.2CTA, UTCBAR.2CTA.MULTICAST, UTMALDG.4D.2CTA,
+UCGABAR); tests/test_blackwell_steps.py (every tcgen05 instruction cta_group::2, the cluster
+shape in the IR, expect-tx = the pair's bytes, the Q/O row map, the emulated share);
+tests/test_barrier_protocol.py (the pair's barriers replayed as one cluster: remote arrivals,
+multicast commits, TMA bytes on the leader's barrier); writeups/blackwell/13-two-cta-mma.md.
+Compiled, not yet run on a B200.
+"""
+import math
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.blackwell_helpers as sm100
+from cutlass._mlir.dialects import llvm, nvvm
+from cutlass.cute.nvgpu import cpasync, tcgen05
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+from ladder import contract
+
+# Tile shapes (named, not magic): one cluster = two CTAs; one CTA = two 128-row query tiles,
+# walking K/V in 128-row tiles. One MMA covers Q tile g of both CTAs: M = 256.
+TILE_M = 128           # query rows per Q tile and CTA: one TMEM lane each
+CLUSTER_CTAS = 2       # CTAs per cluster (a pair of SMs), the cta_group of every tcgen05 instruction
+MMA_M = CLUSTER_CTAS * TILE_M      # rows of one tcgen05.mma.cta_group::2: the leader's 128, then the peer's
+NUM_Q_TILES = 2        # Q tiles per CTA, sharing every K/V load; one softmax warpgroup each
+TILE_N = 128           # key/value rows per iteration
+HEAD_DIM = 128
+MMA_K = 16             # bf16 tcgen05.mma consumes 16 of the reduction dim per instruction
+PAIR_MASK = 0b11       # a leader's commit arrives on the barrier at the same address in CTA 0 and CTA 1
+SOFTMAX_WARPS = 4 * NUM_Q_TILES    # per Q tile 4 warps x 32 lanes = the 128 TMEM lanes, one per row
+CORRECTION_WARP = SOFTMAX_WARPS    # warps 8-11: O's rescale; warp 8 + i owns TMEM lanes 32i..32i+31
+CORRECTION_WARPS = 4
+MMA_WARP = CORRECTION_WARP + CORRECTION_WARPS   # warp 12: TMEM alloc in both CTAs; MMAs in the leader only
+LOAD_WARP = MMA_WARP + 1           # warp 13: issues every TMA copy (its CTA's halves)
+NUM_WARPS = 16                     # warps 14-15 complete the fourth warpgroup (setmaxnreg acts per warpgroup)
+THREADS = NUM_WARPS * 32
+# Registers per thread after setmaxnreg, per warpgroup: 2 x 128 x 192 + 128 x 80 + 128 x 48 = 65,536,
+# the whole register file (b12's split; FA4's 2-CTA build moves a few from the softmax to the others).
+SOFTMAX_REGISTERS = 192
+CORRECTION_REGISTERS = 80
+OTHER_REGISTERS = 48
+# Conditional rescaling (FA4's rescale_threshold for 16-bit inputs): the running max moves only when
+# the new one is more than this many log2 units above it, so P <= 2^RESCALE_THRESHOLD before bf16.
+RESCALE_THRESHOLD = 8.0
+# Named barriers (0 is sync_threads): one per softmax warp and the correction warp of its TMEM
+# lanes, "this tile's factors are in sScale": STATS_BARRIER + 4 g + i for Q tile g, lane quarter i.
+# Named barriers are per CTA: the pair does not share them.
+STATS_BARRIER = 1
+STATS_THREADS = 2 * 32
+KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the leader's tcgen05.commit alone (in each CTA)
+# Hand-offs to the leader's MMA warp count the threads of both CTAs.
+P_FULL_ARRIVALS = CLUSTER_CTAS * TILE_M                  # every softmax thread of Q tile g, both CTAs
+O_READY_ARRIVALS = CLUSTER_CTAS * CORRECTION_WARPS * 32  # every correction thread, both CTAs
+TMEM_FREE_ARRIVALS = 32            # the other CTA's MMA warp, one arrival per lane, before the pair frees TMEM
+# K/V ring: slots of half a tile (this CTA's half of one K or one V tile, 16 KB). K_j takes ring
+# position 2j and V_j 2j + 1; KV_SLOTS = 4 keeps b12's two K/V tiles in flight.
+KV_SLOTS = 4
+# Columns per tcgen05.ld/st of S or O. A register-allocation knob, not part of the algorithm: with
+# the second Q tile's addressing, 16 (b02-b04's) made ptxas hold the kernel to 128 registers and
+# spill in b05; 32 spills nothing (8 also fits, with twice the TMEM instructions). S, O and P
+# all go by TMEM_CHUNK (b10-b11 loaded S whole; see the softmax below for why b12 on cannot).
+TMEM_CHUNK = 32
+LOG2_E = math.log2(math.e)   # exp(x) = 2^(x * log2(e))
+
+# TMEM (each CTA: its own 128 rows of every accumulator): fp32 S0, S1 (TILE_N columns each),
+# then fp32 O0, O1 (HEAD_DIM columns each): all 512, at the same addresses in both CTAs.
+TMEM_S_COL = (0, TILE_N)                                   # S of Q tile 0, 1
+TMEM_O_COL = (2 * TILE_N, 2 * TILE_N + HEAD_DIM)           # O of Q tile 0, 1
+TMEM_COLS = 512
+
+# smem per CTA: 2 Q tiles + KV_SLOTS half tiles (128-byte swizzled), all bf16. P lives in TMEM.
+SMEM_ALIGN = 1024      # the 128B swizzle repeats every 8 rows x 128 B; descriptors assume this base
+SLOT_ELEMS = (TILE_N // CLUSTER_CTAS) * HEAD_DIM           # = (HEAD_DIM // 2) * TILE_N: a K half or a V half
+SMEM_BYTES = 2 * (NUM_Q_TILES * TILE_M * HEAD_DIM + KV_SLOTS * SLOT_ELEMS)
+# P_g (bf16, TILE_N keys = TILE_N / 2 columns) aliases the first columns of S_g.
+P_COLS = TILE_N * 16 // 32
+
+# Exponentials on the FMA pipe (FA4's utils.ex2_emulation_2, degree 3): 2^x = 2^floor(x) * 2^frac(x),
+# floor(x) written into the exponent bits, 2^frac by a polynomial fitted on [0, 1) (FA4's POLY_EX2[3],
+# a relative minimax fit). Valid for x < 128; softmax arguments s*scale_log2 - max_scaled are at most
+# RESCALE_THRESHOLD (the max may lag by that much), up to the rounding of the fold.
+EX2_POLY = (1.0, 0.695146143436431884765625, 0.227564394474029541015625, 0.077119089663028717041015625)
+EX2_CLAMP = -127.0                         # below it every x gives 2^-127's value: < 2^-126, nothing next to a row sum >= 1
+ROUND_DOWN_MAGIC = float(2**23 + 2**22)    # x + 1.5*2^23 rounded down keeps floor(x) in the low mantissa bits
+# Which exponentials: FA4's 2-CTA setting for head dim 128 (ex2_emu_freq 10, ex2_emu_res 4,
+# ex2_emu_start_frg 1; b11-b12 had its 1-CTA 16). In each EMU_FRAGMENT of a row (a TMEM_CHUNK),
+# the last EMU_SPAN of every EMU_PERIOD elements (elements 6-9, 16-19, 26-29), in every fragment
+# but the first and the last: 2 fragments x 3 periods x 4 = 24 of 128 elements, 18.75%. FA4 keeps
+# the first and the last fragment of a row on the MUFU; so does this kernel.
+EMU_FRAGMENT = 32
+EMU_PERIOD = 10
+EMU_SPAN = 4
+EMU_FIRST_FRAGMENT = 1
+assert EMU_FRAGMENT == TMEM_CHUNK      # the softmax applies ex2_is_emulated chunk by chunk
+
+EX2_EMULATED_PER_TILE = ((TILE_N // EMU_FRAGMENT - 1 - EMU_FIRST_FRAGMENT) * (EMU_FRAGMENT // EMU_PERIOD)
+                         * EMU_SPAN)        # per thread (= row) and K/V tile: 24 of 128
+
+INFO = contract.StepInfo(
+    id="b13",
+    slug="two_cta_mma",
+    title="2-CTA MMA",
+    change="a cluster of two CTAs runs every MMA as one tcgen05.mma.cta_group::2 with M = 256; each CTA loads half of every K and V tile (one ring of half-tile slots); 24 of 128 exponentials emulated",
+    archs=("sm_100a",),
+    enabler=False,
+    threads=THREADS,
+    tile_m=NUM_Q_TILES * TILE_M,
+    tile_n=TILE_N,
+    smem_bytes=SMEM_BYTES,
+    predecessor="b12",
+    sass_present=("UTCHMMA", "UTCHMMA.TS", "UTCBAR", "LDTM", "STTM", "UTMALDG", "MUFU.EX2", "FFMA2",
+                  "USETMAXREG", "VOTE", "BAR.ARV", "UTCHMMA.2CTA", "UTCBAR.2CTA", "UTMALDG.2CTA", "UCGABAR"),
+    sass_absent=("HMMA", "HGMMA", "LDSM", "LDG", "LDGSTS"),
+    tmem_cols=TMEM_COLS,
+    extra={"bound": {"overlap": "pipelined", "loads": "hidden"},
+           "tmem_map": {"S0": (TMEM_S_COL[0], TILE_N), "S1": (TMEM_S_COL[1], TILE_N),
+                        "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)},
+           "tmem_aliases": {"P0": ("S0", 0, P_COLS), "P1": ("S1", 0, P_COLS)},
+           "q_tiles": NUM_Q_TILES,
+           "warp_roles": {"softmax0": tuple(range(0, 4)), "softmax1": tuple(range(4, 8)),
+                          "correction": tuple(range(CORRECTION_WARP, CORRECTION_WARP + CORRECTION_WARPS)),
+                          "mma": (MMA_WARP,), "load": (LOAD_WARP,), "idle": (LOAD_WARP + 1, LOAD_WARP + 2)},
+           "tmem_warps": tuple(range(CORRECTION_WARP + CORRECTION_WARPS)),
+           "registers": {"softmax": SOFTMAX_REGISTERS, "correction": CORRECTION_REGISTERS, "other": OTHER_REGISTERS},
+           "rescale_threshold": RESCALE_THRESHOLD,
+           "cta_group": CLUSTER_CTAS,
+           "kv_slots": KV_SLOTS,
+           "kv_slot_bytes": 2 * SLOT_ELEMS,
+           "spills_at_register_cap": "the MMA warp at 48 registers reloads some of its loop's invariant "
+                                     "descriptors (no stores in its loop); the softmax at 192, with FA4's 2-CTA "
+                                     "share of emulated exponentials (24 per row; b12's 16 fit), parks one "
+                                     "register pair (the running row sum) in local memory once per tile and "
+                                     "moves two exponentials through it into an aligned pair for an FADD2",
+           "ex2_emulated_per_tile": EX2_EMULATED_PER_TILE},
+)
+
+
+def make_smem_layouts(tiled_mma, tiled_mma_pv):
+    """(sQ, sK, sVt), this CTA's part of each 2-CTA MMA operand, in the 128B-swizzle layouts
+    (atoms of 8 rows x 128 bytes, the 16-byte chunks of each row permuted by XOR with the row
+    index; the UMMA descriptors carry the same mode). The shapes are those a cta_group::2 MMA
+    takes from one CTA, already split into (MMA atom, M or N blocks, k-blocks, stage): sQ is this
+    CTA's 128 rows of Q tile g (of the MMA's 256); sK is its 64 keys of a K tile (the MMA's B,
+    N = 128, split along N between the two CTAs), K-major; sVt its 64 head dims of a V tile (B of
+    O += P V, N = HEAD_DIM split alike), MN-major. K and V halves take turns in the same ring
+    slots, so both have KV_SLOTS stages of SLOT_ELEMS elements. P is not in shared memory."""
+    sQ = sm100.make_smem_layout_a(tiled_mma, (MMA_M, TILE_N, HEAD_DIM), cutlass.BFloat16, NUM_Q_TILES)
+    sK = sm100.make_smem_layout_b(tiled_mma, (MMA_M, TILE_N, HEAD_DIM), cutlass.BFloat16, KV_SLOTS)
+    sVt = sm100.make_smem_layout_b(tiled_mma_pv, (MMA_M, HEAD_DIM, TILE_N), cutlass.BFloat16, KV_SLOTS)
+    return sQ, sK, sVt
+
+
+def make_tmem_p_layout(tiled_mma_pv):
+    """P as the A operand of O += P V: this CTA's (TILE_M, TILE_N) bf16 of the MMA's 256 rows,
+    K-major. Read from TMEM, where a row of P is one lane, two bf16 per column; this layout only
+    gives the MMA the operand's logical shape and K-major order (no smem address, no swizzle)."""
+    return sm100.make_smem_layout_a(tiled_mma_pv, (MMA_M, HEAD_DIM, TILE_N), cutlass.BFloat16, 1).outer
+
+
+def make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout):
+    """The CTA's shared memory, as a struct (its size is the launch's dynamic smem). sK and sVt
+    are two views of one ring (a slot holds a K half or a V half), so they must span the same."""
+    assert cute.cosize(sK_layout) == cute.cosize(sVt_layout) == KV_SLOTS * SLOT_ELEMS
+    @cute.struct
+    class SharedStorage:
+        sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], SMEM_ALIGN]
+        # The K/V ring: KV_SLOTS slots of SLOT_ELEMS, each holding a K half or a V half.
+        sKV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], SMEM_ALIGN]
+        # mbarriers, one per hand-off between two roles (see the module docstring). The leader's
+        # q_full, kv_full, p_full and o_ready count both CTAs; the peer's stay unused.
+        q_full: cute.struct.MemRange[cutlass.Int64, 1]
+        kv_full: cute.struct.MemRange[cutlass.Int64, KV_SLOTS]
+        kv_empty: cute.struct.MemRange[cutlass.Int64, KV_SLOTS]
+        s_full: cute.struct.MemRange[cutlass.Int64, NUM_Q_TILES]
+        p_full: cute.struct.MemRange[cutlass.Int64, NUM_Q_TILES]
+        o_ready: cute.struct.MemRange[cutlass.Int64, NUM_Q_TILES]   # O_g rescaled (correction warps)
+        o_full: cute.struct.MemRange[cutlass.Int64, 1]
+        tmem_free: cute.struct.MemRange[cutlass.Int64, 1]           # the other CTA's MMA warp is done with TMEM
+        # Per Q tile and row, this tile's O factor (1.0: no rescale), softmax -> correction.
+        s_scale: cute.struct.MemRange[cutlass.Float32, NUM_Q_TILES * TILE_M]
+        # tcgen05.alloc writes the TMEM base address here.
+        tmem_base: cutlass.Int32
+    return SharedStorage
+
+
+def make_tma_loads(mQ, mK, mV, sQ_layout, sK_layout, sVt_layout, tiled_mma, tiled_mma_pv):
+    """TMA atoms (descriptor + smem layout, swizzle included) and the coordinate tensors they
+    index; each atom loads this CTA's part of one 2-CTA MMA operand tile (its 128 rows of a Q
+    tile, its half of a K or V tile), built from the MMA's own split (make_tiled_tma_atom_A/B).
+    The copies are cta_group::2 loads: their bytes are counted on the leader's mbarrier. A TMA
+    box is described with the contiguous mode first, so Q and K are viewed as (seqlen, d, heads,
+    batch) and V as (d, seqlen, heads, batch): V's tile is (D, keys)."""
+    q = cute.make_tensor(mQ.iterator, cute.select(mQ.layout, mode=[1, 3, 2, 0]))
+    k = cute.make_tensor(mK.iterator, cute.select(mK.layout, mode=[1, 3, 2, 0]))
+    vt = cute.make_tensor(mV.iterator, cute.select(mV.layout, mode=[3, 1, 2, 0]))
+    load = cpasync.CopyBulkTensorTileG2SOp(tcgen05.CtaGroup.TWO)
+    cluster = cute.tiled_divide(cute.make_layout((CLUSTER_CTAS, 1, 1)), (tiled_mma.thr_id.shape,)).shape
+    return (cute.nvgpu.make_tiled_tma_atom_A(load, q, cute.select(sQ_layout, mode=[0, 1, 2]),
+                                             (MMA_M, TILE_N, HEAD_DIM), tiled_mma, cluster),
+            cute.nvgpu.make_tiled_tma_atom_B(load, k, cute.select(sK_layout, mode=[0, 1, 2]),
+                                             (MMA_M, TILE_N, HEAD_DIM), tiled_mma, cluster),
+            cute.nvgpu.make_tiled_tma_atom_B(load, vt, cute.select(sVt_layout, mode=[0, 1, 2]),
+                                             (MMA_M, HEAD_DIM, TILE_N), tiled_mma_pv, cluster))
+
+
+@dsl_user_op
+def _asm_f32(asm: str, *args, loc=None, ip=None):
+    """One f32 result from inline PTX over f32 operands (for what the DSL has no operator for)."""
+    return cutlass.Float32(llvm.inline_asm(
+        T.f32(), [cutlass.Float32(a).ir_value(loc=loc, ip=ip) for a in args], asm, "=f" + ",f" * len(args),
+        has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT))
+
+
+def _exponent_add(floor_bits, mantissa):
+    """floor(x) (the low bits of ``floor_bits``) shifted into the exponent field and added to the
+    bits of 2^frac: an integer shift and add (an LEA on the ALU; ptxas may pick an IMAD, on the FMA
+    pipe, for some of them)."""
+    return _asm_f32("{ .reg .s32 e, m; mov.b32 e, $1; mov.b32 m, $2; shl.b32 e, e, 23; "
+                    "add.s32 m, m, e; mov.b32 $0, m; }", floor_bits, mantissa)
+
+
+def ex2_emulated_pair(x, y, packed=True):
+    """(2^x, 2^y) for x, y <= RESCALE_THRESHOLD without the MUFU. ``packed``: two lanes per instruction (FADD2/FFMA2,
+    sm_100a); ``packed=False`` is the same arithmetic one lane at a time (sm_90a has no FFMA2), for
+    the accuracy check on the H200. Per pair: 2 FMNMX, 3 FADD2 (round-down add, subtract back,
+    fraction), 3 FFMA2 (Horner), 2 shift-adds."""
+    xy = (cute.arch.fmax(x, EX2_CLAMP), cute.arch.fmax(y, EX2_CLAMP))
+    magic = (ROUND_DOWN_MAGIC, ROUND_DOWN_MAGIC)
+    if packed:
+        # add.rm: rounding down makes the low bits floor(x), so the fraction lies in [0, 1] (1 only
+        # for -2^-25 < x < 0, where x - floor(x) rounds up; 2^1 is still within the fit).
+        floor_bits = cute.arch.add_packed_f32x2(xy, magic, rnd="rm")
+        floor_xy = cute.arch.sub_packed_f32x2(floor_bits, magic)       # exact: round to nearest
+        frac = cute.arch.sub_packed_f32x2(xy, floor_xy)
+        poly = (EX2_POLY[3], EX2_POLY[3])
+        for c in EX2_POLY[2::-1]:
+            poly = cute.arch.fma_packed_f32x2(poly, frac, (c, c))
+    else:
+        floor_bits = tuple(_asm_f32("add.rm.f32 $0, $1, $2;", v, ROUND_DOWN_MAGIC) for v in xy)
+        frac = tuple(v - (b - ROUND_DOWN_MAGIC) for v, b in zip(xy, floor_bits, strict=True))
+        poly = [cutlass.Float32(EX2_POLY[3]), cutlass.Float32(EX2_POLY[3])]
+        for c in EX2_POLY[2::-1]:
+            poly = [p * f + c for p, f in zip(poly, frac, strict=True)]
+    return _exponent_add(floor_bits[0], poly[0]), _exponent_add(floor_bits[1], poly[1])
+
+
+def ex2_is_emulated(fragment, element, fragments):
+    """Is element ``element`` (even: the first of a pair) of fragment ``fragment`` emulated?"""
+    return (element % EMU_PERIOD >= EMU_PERIOD - EMU_SPAN
+            and EMU_FIRST_FRAGMENT <= fragment < fragments - 1)
+
+
+def ring_position(position):
+    """(slot, parity) of ring position p: K_j is position 2j, V_j position 2j + 1 (k_position,
+    v_position). Position p goes to slot p % KV_SLOTS, in round p // KV_SLOTS of that slot; a
+    slot's kv_full completes one phase per round, so position p waits with the round's parity.
+    The load warp waits for the *previous* round of kv_empty: the other parity.
+    (tests/test_pipeline_protocol.py replays this bookkeeping against a model of the mbarriers.)"""
+    return position % KV_SLOTS, (position // KV_SLOTS) % 2
+
+
+def k_position(n_block):
+    return 2 * n_block
+
+
+def v_position(n_block):
+    return 2 * n_block + 1
+
+
+def o_row_tile(m_block, q_tile, cta_rank):
+    """The 128-row tile of the sequence that CTA ``cta_rank`` of cluster ``m_block`` holds as its
+    Q tile ``q_tile``: the cluster's 512 rows are Q tile 0 (leader, peer), then Q tile 1 (leader,
+    peer), as the 2-CTA MMA splits each 256-row Q tile."""
+    return (NUM_Q_TILES * m_block + q_tile) * CLUSTER_CTAS + cta_rank
+
+
+def make_tiled_mmas(dtype):
+    """(for S = Q K^T, for O += P V). One tcgen05.mma.cta_group::2 atom each, M = 256 (128 rows
+    in each CTA of the pair), fp32 accumulators in TMEM. S: A (Q) and B (K) from smem, K-major.
+    O: A (P) from TMEM (a TS-MMA; a TMEM A operand is always K-major), B (V) from smem, MN-major.
+    The atom's "threads" are the two CTAs: slice v is CTA v's part of every operand."""
+    K, MN = cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.MN
+    tiled_mma = cute.make_tiled_mma(tcgen05.MmaF16BF16Op(
+        dtype, cutlass.Float32, (MMA_M, TILE_N, MMA_K), tcgen05.CtaGroup.TWO,
+        tcgen05.OperandSource.SMEM, K, K))
+    tiled_mma_pv = cute.make_tiled_mma(tcgen05.MmaF16BF16Op(
+        dtype, cutlass.Float32, (MMA_M, HEAD_DIM, MMA_K), tcgen05.CtaGroup.TWO,
+        tcgen05.OperandSource.TMEM, K, MN))
+    return tiled_mma, tiled_mma_pv
+
+
+def make_row_copies(acc_tile, columns):
+    """TMEM <-> registers for thread i = TMEM lane i (= query row i): ``tcgen05.ld/st.32x32b``,
+    ``columns`` 32-bit columns per instruction. In the 32x32b shape warp w may touch only lanes
+    32w..32w+31 (a warp's TMEM sub-partition), which is exactly its 32 query rows."""
+    load = cute.make_copy_atom(tcgen05.Ld32x32bOp(tcgen05.Repetition(columns)), cutlass.Float32)
+    store = cute.make_copy_atom(tcgen05.St32x32bOp(tcgen05.Repetition(columns)), cutlass.Float32)
+    return tcgen05.make_tmem_copy(load, acc_tile), tcgen05.make_tmem_copy(store, acc_tile)
+
+
+def row_piece(tile, row, piece):
+    """Columns piece * TMEM_CHUNK .. + TMEM_CHUNK - 1 of one row of a (rows, cols) tile: what one
+    thread stores per chunk of its row (O to global memory)."""
+    return cute.local_tile(tile, (1, TMEM_CHUNK), (row, piece))
+
+
+def tcgen05_fence_before_thread_sync():
+    """Order this thread's earlier tcgen05 operations (TMEM loads/stores) before the barrier that
+    follows, so that an MMA issued after it by another thread sees them."""
+    nvvm.tcgen05_fence(nvvm.Tcgen05FenceKind.BEFORE_THREAD_SYNC)
+
+
+def tcgen05_fence_after_thread_sync():
+    """Order this thread's later tcgen05 operations after the barrier (or mbarrier wait) just
+    passed."""
+    nvvm.tcgen05_fence(nvvm.Tcgen05FenceKind.AFTER_THREAD_SYNC)
+
+
+@cute.jit
+def host(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
+         softmax_scale: cutlass.Float32, stream):
+    """Build layouts, copies and the tiled MMAs; launch clusters of two CTAs, one CTA per
+    (256 query rows, batch, head)."""
+    dtype = mQ.element_type
+    mQ, mK, mV, mO = (contract.aligned(t) for t in (mQ, mK, mV, mO))
+    tiled_mma, tiled_mma_pv = make_tiled_mmas(dtype)
+    sQ_layout, sK_layout, sVt_layout = make_smem_layouts(tiled_mma, tiled_mma_pv)
+
+    SharedStorage = make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout)
+    (tma_Q, tma_mQ), (tma_K, tma_mK), (tma_V, tma_mVt) = make_tma_loads(
+        mQ, mK, mV, sQ_layout, sK_layout, sVt_layout, tiled_mma, tiled_mma_pv)
+    # x: the CTA's 256 rows; a cluster is two neighbours along x (seqlen: a multiple of 512).
+    grid = (cute.size(mQ.shape[1]) // (NUM_Q_TILES * TILE_M), cute.size(mQ.shape[0]), cute.size(mQ.shape[2]))
+    kernel(tma_Q, tma_mQ, tma_K, tma_mK, tma_V, tma_mVt, mO, softmax_scale,
+           sQ_layout, sK_layout, sVt_layout, make_tmem_p_layout(tiled_mma_pv), tiled_mma, tiled_mma_pv,
+           SharedStorage).launch(
+        grid=grid, block=[THREADS, 1, 1], cluster=[CLUSTER_CTAS, 1, 1], smem=SharedStorage.size_in_bytes(),
+        stream=stream,
+        # .minnctapersm 1 with .reqntid 512: ptxas can then fix the entry register count (65,536 /
+        # 512 = 128), which it needs to honour setmaxnreg (without it, it ignores them: C7508).
+        min_blocks_per_mp=1)
+
+
+@cute.kernel
+def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_mK: cute.Tensor,
+           tma_V: cute.CopyAtom, tma_mVt: cute.Tensor, mO: cute.Tensor,
+           softmax_scale: cutlass.Float32,
+           sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
+           sVt_layout: cute.ComposedLayout, tP_layout: cute.Layout,
+           tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, SharedStorage: cutlass.Constexpr):
+    tidx, _, _ = cute.arch.thread_idx()
+    warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    cta_block, batch, head = cute.arch.block_idx()
+    # The pair: CTA rank 0 of the cluster is the leader (it issues the MMAs); rank 1 the peer.
+    cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+    leader = 0
+    peer = 1 - cta_rank          # the other CTA of the pair, from either side
+    m_block = cta_block // CLUSTER_CTAS    # the cluster's 512 query rows
+    dtype = mO.element_type
+    n_blocks = cute.size(tma_mK.shape[0]) // TILE_N
+
+    # Tiles, as TMA coordinates: gQ (MMA_M, D, 256-row tiles of the sequence): the cluster's Q
+    # tile g is tile 2 m + g; gK (TILE_N, D, n_blocks); gVt (D, TILE_N, n_blocks). The MMA's
+    # split (slice cta_rank, in the load warp) gives this CTA's part: Q rows 512 m + 256 g + 128
+    # rank .. + 127, keys 64 rank .. + 63 of K, head dims 64 rank .. + 63 of V. gO (TILE_M, D,
+    # 128-row tiles of the sequence) is plain global memory: this CTA's rows of Q tile g are its
+    # tile 4 m + 2 g + rank (o_row_tile).
+    gQ = cute.local_tile(tma_mQ[None, None, head, batch], (MMA_M, HEAD_DIM), (None, 0))
+    gK = cute.local_tile(tma_mK[None, None, head, batch], (TILE_N, HEAD_DIM), (None, 0))
+    gVt = cute.local_tile(tma_mVt[None, None, head, batch], (HEAD_DIM, TILE_N), (0, None))
+    gO = cute.local_tile(mO[batch, None, head, None], (TILE_M, HEAD_DIM), (None, 0))
+
+    smem = cutlass.memory.SmemAllocator()
+    storage = smem.allocate(SharedStorage)
+    # The swizzle (the layouts' inner function) goes with the smem pointer; the descriptors and
+    # the copies then see plain (outer) layouts. sK and sVt are two views of the same ring.
+    sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)     # (MMA, 1, k-blocks, Q tile)
+    sK = storage.sKV.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)    # (MMA, 1, k-blocks, slot)
+    sVt = cute.make_tensor(cute.recast_ptr(sK.iterator, sVt_layout.inner), sVt_layout.outer)   # B of P V
+    q_full = storage.q_full.data_ptr()
+    kv_full, kv_empty = storage.kv_full.data_ptr(), storage.kv_empty.data_ptr()   # slot s: base + s
+    s_full, p_full, o_full = storage.s_full.data_ptr(), storage.p_full.data_ptr(), storage.o_full.data_ptr()
+    o_ready, tmem_free = storage.o_ready.data_ptr(), storage.tmem_free.data_ptr()
+    s_scale = storage.s_scale.get_tensor(cute.make_layout(NUM_Q_TILES * TILE_M))    # [g * TILE_M + row]
+
+    # One thread of each CTA initializes its mbarriers, the same in both (only the leader's
+    # q_full, kv_full, p_full and o_ready will be used). Arrival counts: one for those completed
+    # by an expect-tx arrive or a tcgen05.commit; for p_full and o_ready the softmax and the
+    # correction threads of both CTAs; 32 for tmem_free (the other CTA's MMA warp).
+    if warp_idx == MMA_WARP:
+        with cute.arch.elect_one():
+            for bar in (q_full, o_full):
+                cute.arch.mbarrier_init(bar, 1)
+            for slot in cutlass.range_constexpr(KV_SLOTS):
+                cute.arch.mbarrier_init(kv_full + slot, 1)
+                cute.arch.mbarrier_init(kv_empty + slot, KV_EMPTY_ARRIVALS)
+            for g in cutlass.range_constexpr(NUM_Q_TILES):
+                cute.arch.mbarrier_init(s_full + g, 1)
+                cute.arch.mbarrier_init(p_full + g, P_FULL_ARRIVALS)
+                cute.arch.mbarrier_init(o_ready + g, O_READY_ARRIVALS)
+            cute.arch.mbarrier_init(tmem_free, TMEM_FREE_ARRIVALS)
+    # barrier (cluster): the other CTA's barriers are initialised before anyone arrives on them
+    # remotely, its TMA bytes land on them, or its MMA warp allocates TMEM with ours. The fence
+    # makes the inits visible to the cluster; every thread of both CTAs arrives and waits.
+    cute.arch.mbarrier_init_fence()
+    cute.arch.cluster_arrive_relaxed()
+    cute.arch.cluster_wait()
+    # The MMA warps of both CTAs allocate TMEM together (tcgen05.alloc.cta_group::2: the same
+    # columns in each CTA; the base address lands in each CTA's smem) and give up the right to
+    # allocate more. The CTA barrier publishes the base address to every warp.
+    if warp_idx == MMA_WARP:
+        cute.arch.alloc_tmem(TMEM_COLS, storage.tmem_base, is_two_cta=True)
+        cute.arch.relinquish_tmem_alloc_permit(is_two_cta=True)
+    cute.arch.sync_threads()
+    tmem_base = cute.arch.retrieve_tmem_ptr(cutlass.Float32, 16, storage.tmem_base)
+
+    # The accumulators are TMEM tensors: S_g at column TMEM_S_COL[g], O_g at TMEM_O_COL[g], lane
+    # i = row i of this CTA's part of Q tile g; P_g (bf16) over S_g's first P_COLS columns. This
+    # CTA is slice cta_rank of the 2-CTA MMA: its accumulator part is 128 rows x N.
+    thr_mma = tiled_mma.get_slice(cta_rank)
+    thr_mma_pv = tiled_mma_pv.get_slice(cta_rank)
+    tStS = thr_mma.make_fragment_C(thr_mma.partition_shape_C((MMA_M, TILE_N)))
+    tOtO = thr_mma_pv.make_fragment_C(thr_mma_pv.partition_shape_C((MMA_M, HEAD_DIM)))
+    tStS = [cute.make_tensor(tmem_base + TMEM_S_COL[g], tStS.layout) for g in range(NUM_Q_TILES)]
+    tOtO = [cute.make_tensor(tmem_base + TMEM_O_COL[g], tOtO.layout) for g in range(NUM_Q_TILES)]
+
+    # The fourth warpgroup (the MMA and load warps, warps 14-15) gives registers back: one
+    # setmaxnreg, which every warp of a warpgroup must execute, before its warps part ways. The
+    # other warpgroups take theirs at the start of their roles below.
+    if warp_idx >= MMA_WARP:
+        cute.arch.setmaxregister_decrease(OTHER_REGISTERS)
+
+    if warp_idx == LOAD_WARP:
+        # ------------------------------------------------------------------------ load warp
+        # In both CTAs: this CTA's part of every tile, into its own smem. TMA partitions: each
+        # smem tile (one Q tile, one ring slot) is one TMA destination; the global side keeps the
+        # tile index. The MMA's slice picks this CTA's rows of Q and its halves of K and V.
+        def tma_partition(atom, smem_tile, gmem_part):
+            return cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(smem_tile, 0, 3),
+                                         cute.group_modes(gmem_part, 0, 3))
+        tQsQ, tQgQ = tma_partition(tma_Q, sQ, thr_mma.partition_A(gQ))
+        tKsK, tKgK = tma_partition(tma_K, sK, thr_mma.partition_B(gK))
+        tVsV, tVgV = tma_partition(tma_V, sVt, thr_mma_pv.partition_B(gVt))
+        # The leader's expect-tx counts the pair's bytes: its own part and the peer's, whose
+        # cta_group::2 copies complete on the leader's barrier (the peer's own is never used).
+        q_bytes = CLUSTER_CTAS * cute.size_in_bytes(dtype, sQ_layout)      # both Q tiles, both CTAs
+        slot_bytes = CLUSTER_CTAS * cute.size_in_bytes(dtype, cute.select(sK_layout, mode=[0, 1, 2]))
+        # Both Q tiles once (cute.copy of a TMA atom elects its own issuing thread, so it sits
+        # outside elect_one; only the expect-tx arrive is inside).
+        if cta_rank == leader:
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(q_full, q_bytes)
+        for g in cutlass.range_constexpr(NUM_Q_TILES):
+            cute.copy(tma_Q, tQgQ[None, NUM_Q_TILES * m_block + g], tQsQ[None, g], tma_bar_ptr=q_full)
+        for n_block in range(n_blocks):
+            # K_j, then V_j, each into the next slot of the ring.
+            for kv in cutlass.range_constexpr(2):
+                slot, parity = ring_position(2 * n_block + kv)
+                # wait: slot s is free in this CTA. Pairs with the leader's tcgen05.commit (its
+                # arrive, multicast to both CTAs) on kv_empty[s] after the last MMA that read the
+                # slot's previous round: parity ^ 1. In round 0 the fresh barrier's "previous
+                # phase" (parity 1) counts as complete, so the load warp fills every slot at once.
+                # timeline: slot wait begin
+                cute.arch.mbarrier_wait(kv_empty + slot, parity ^ 1)
+                # timeline: slot wait end
+                if cta_rank == leader:
+                    with cute.arch.elect_one():
+                        cute.arch.mbarrier_arrive_and_expect_tx(kv_full + slot, slot_bytes)
+                if kv == 0:
+                    cute.copy(tma_K, tKgK[None, n_block], tKsK[None, slot], tma_bar_ptr=kv_full + slot)
+                else:
+                    cute.copy(tma_V, tVgV[None, n_block], tVsV[None, slot], tma_bar_ptr=kv_full + slot)
+        # Producer tail: drain the ring before the exit barrier. The kv_empty arrives come from the
+        # leader's commits, not from a thread, so no thread's exit orders them: without these
+        # waits one could land after the CTA has exited, in shared memory that already belongs to
+        # the next CTA. Positions 2 n_blocks .. 2 n_blocks + KV_SLOTS - 1 are the next round of
+        # each slot, so their waits are each slot's last phase.
+        for i in cutlass.range_constexpr(KV_SLOTS):
+            slot, parity = ring_position(2 * n_blocks + i)
+            # wait: the last MMAs that read slot s are done. Pairs with the leader's last
+            # tcgen05.commit (its arrive) on kv_empty[s]: parity ^ 1, as in the loop; a slot no
+            # position used (2 n_blocks < KV_SLOTS) passes at once, as in round 0.
+            cute.arch.mbarrier_wait(kv_empty + slot, parity ^ 1)
+
+    elif warp_idx == MMA_WARP and cta_rank == leader:
+        # ------------------------------------------------------------- MMA warp (leader only)
+        # Every MMA below covers both CTAs: rows 0-127 from this CTA's smem and TMEM, rows
+        # 128-255 from the peer's, B's two halves one from each. The peer's MMA warp only
+        # allocates and frees TMEM with this one.
+        # Smem operands as UMMA descriptors, one per 16-wide k-block (and Q tile or ring slot);
+        # the layouts are already split per CTA, so the fragments are the MMA's operands as they
+        # are. P from TMEM.
+        tSrQ = tiled_mma.make_fragment_A(sQ)
+        tSrK = tiled_mma.make_fragment_B(sK)
+        tOrVt = tiled_mma_pv.make_fragment_B(sVt)
+        # P_g, the A operand of O_g += P_g V, in TMEM over S_g's first P_COLS columns. make_fragment_A
+        # gives the operand's layout but a tensor at TMEM address 0, so it is re-based on the
+        # allocated base, viewed as bf16: the pointer then counts bf16 elements, two per column.
+        tOrP = tiled_mma_pv.make_fragment_A(cute.make_tensor(tmem_base, tP_layout))[None, None, None, 0]
+        p_base = cute.arch.retrieve_tmem_ptr(dtype, 16, storage.tmem_base)
+        bf16_per_col = cutlass.Float32.width // dtype.width
+        tOrP = [cute.make_tensor(p_base + TMEM_S_COL[g] * bf16_per_col, tOrP.layout)
+                for g in range(NUM_Q_TILES)]
+
+        # wait: both Q tiles of both CTAs landed (pairs with this CTA's load warp's expect-tx
+        # arrive, which counted the peer's bytes too; phase 0, parity 0).
+        cute.arch.mbarrier_wait(q_full, 0)
+
+        # Prologue: S_0(0) and S_1(0), so that both softmax warpgroups have a tile to start on.
+        k_slot, k_parity = ring_position(k_position(0))
+        # wait: K_0's halves landed in slot k (here and in the peer). Pairs with the load warp's
+        # expect-tx arrive (and both CTAs' TMA bytes) on kv_full[k]: round 0, parity 0.
+        # timeline(0): K/V wait begin
+        cute.arch.mbarrier_wait(kv_full + k_slot, k_parity)
+        # timeline(0): K/V wait end
+        tcgen05_fence_after_thread_sync()
+        for g in cutlass.range_constexpr(NUM_Q_TILES):
+            # timeline(0): S{g} begin
+            for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+                tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
+                cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, k_slot], tStS[g])
+            with cute.arch.elect_one():
+                tcgen05.commit(s_full + g, PAIR_MASK, tcgen05.CtaGroup.TWO)
+            # timeline(0): S{g} end
+        # K_0's slot is free once both S MMAs complete: tell both CTAs' load warps.
+        with cute.arch.elect_one():
+            tcgen05.commit(kv_empty + k_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
+
+        # Steady state, iteration j: P_0 V(j-1) -> S_0(j) -> P_1 V(j-1) -> S_1(j). Each Q tile's
+        # P V of the previous tile is followed at once by its own next S, so S_g(j) waits only for
+        # softmax g and the correction warps' O_g of both CTAs (p_full[g], o_ready[g]); the other
+        # warpgroup is waited on only for a tile two behind. While softmax 0 works on S_0(j) the
+        # tensor core runs P_1 V(j-1) and S_1(j), and the other way round.
+        for n_block in range(1, n_blocks):
+            v_slot, v_parity = ring_position(v_position(n_block - 1))
+            k_slot, k_parity = ring_position(k_position(n_block))
+            for g in cutlass.range_constexpr(NUM_Q_TILES):
+                # wait: P_g of tile j-1 in TMEM, in both CTAs. Pairs with the arrives of the 256
+                # softmax threads of Q tile g (128 per CTA, the peer's remote) on p_full[g]: one
+                # phase per tile, tile j-1's parity (j-1) % 2.
+                # timeline(n_block - 1): P{g} wait begin
+                cute.arch.mbarrier_wait(p_full + g, (n_block - 1) % 2)
+                # wait: O_g rescaled to tile j-1's max (or left alone), in both CTAs. Pairs with the
+                # arrives of the 256 correction threads on o_ready[g]: parity (j-1) % 2.
+                cute.arch.mbarrier_wait(o_ready + g, (n_block - 1) % 2)
+                if g == 0:
+                    # wait: V_{j-1}'s halves landed in slot v. Pairs with the load warp's expect-tx
+                    # arrive (and both CTAs' bytes) on kv_full[v]: the round's parity.
+                    cute.arch.mbarrier_wait(kv_full + v_slot, v_parity)
+                # timeline(n_block - 1): P{g} wait end
+                tcgen05_fence_after_thread_sync()
+                # timeline(n_block - 1): O{g} begin
+                for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
+                    tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_block > 1 or kb != 0)
+                    cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, v_slot],
+                              tOtO[g])
+                # timeline(n_block - 1): O{g} end
+                if g == NUM_Q_TILES - 1:
+                    # V_{j-1}'s last MMAs are issued: slot v is free once they complete.
+                    with cute.arch.elect_one():
+                        tcgen05.commit(kv_empty + v_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
+                if g == 0:
+                    # wait: K_j's halves landed in slot k. Pairs with the load warp's expect-tx
+                    # arrive (and both CTAs' bytes) on kv_full[k]: the round's parity. Taken after
+                    # P_0 V(j-1) is issued, so that MMA does not wait for the load.
+                    # timeline: K/V wait begin
+                    cute.arch.mbarrier_wait(kv_full + k_slot, k_parity)
+                    # timeline: K/V wait end
+                    tcgen05_fence_after_thread_sync()
+                # S_g(j) = Q_g K_j^T overwrites the columns P_g V(j-1), issued just before, reads
+                # P_g from. Nothing waits in between: only the issue order of one thread's
+                # tcgen05.mma keeps the read first (as in FA4; see the writeup). The commit covers
+                # both MMAs, so softmax g also learns that O_g's last P V is done.
+                # timeline: S{g} begin
+                for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+                    tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
+                    cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, k_slot], tStS[g])
+                with cute.arch.elect_one():
+                    tcgen05.commit(s_full + g, PAIR_MASK, tcgen05.CtaGroup.TWO)
+                # timeline: S{g} end
+                if g == NUM_Q_TILES - 1:
+                    # K_j's last MMAs are issued: slot k is free once they complete.
+                    with cute.arch.elect_one():
+                        tcgen05.commit(kv_empty + k_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
+
+        # Tail: the last tile's P V for both Q tiles.
+        v_slot, v_parity = ring_position(v_position(n_blocks - 1))
+        for g in cutlass.range_constexpr(NUM_Q_TILES):
+            # wait: P_g of the last tile in TMEM, in both CTAs. Pairs with the 256 softmax
+            # threads' arrives on p_full[g]: the last tile's phase, parity (n_blocks-1) % 2.
+            # timeline(n_blocks - 1): P{g} wait begin
+            cute.arch.mbarrier_wait(p_full + g, (n_blocks - 1) % 2)
+            # wait: O_g rescaled for the last tile. Pairs with the 256 correction threads' arrives
+            # on o_ready[g]: the last tile's phase, parity (n_blocks-1) % 2.
+            cute.arch.mbarrier_wait(o_ready + g, (n_blocks - 1) % 2)
+            if g == 0:
+                # wait: the last V's halves landed in slot v. Pairs with the load warp's expect-tx
+                # arrive (and both CTAs' bytes) on kv_full[v]: the round's parity.
+                cute.arch.mbarrier_wait(kv_full + v_slot, v_parity)
+            # timeline(n_blocks - 1): P{g} wait end
+            tcgen05_fence_after_thread_sync()
+            # timeline(n_blocks - 1): O{g} begin
+            for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
+                tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_blocks > 1 or kb != 0)
+                cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, v_slot],
+                          tOtO[g])
+            # timeline(n_blocks - 1): O{g} end
+        # The last V slot is free, and O final, once these MMAs complete: tell both CTAs' load
+        # warps and softmax warpgroups.
+        with cute.arch.elect_one():
+            tcgen05.commit(kv_empty + v_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
+        with cute.arch.elect_one():
+            tcgen05.commit(o_full, PAIR_MASK, tcgen05.CtaGroup.TWO)
+
+    elif warp_idx == MMA_WARP:
+        # ----------------------------------------------------------- MMA warp (peer: no MMAs)
+        # The leader's MMA warp issues every MMA of the pair; this one allocated TMEM with it and
+        # frees it with it below.
+        pass
+
+    elif warp_idx > LOAD_WARP:
+        # ------------------------------------------------------------- warps 14-15 (no role)
+        # They complete the fourth warpgroup (its setmaxnreg above); they wait at the exit barrier.
+        pass
+
+    elif warp_idx >= CORRECTION_WARP:
+        # ------------------------------------------------------------ correction warpgroup
+        # Warp 8 + i owns TMEM lanes 32i .. 32i + 31 (its warp index mod 4), the same rows as
+        # softmax warp i (Q tile 0) and softmax warp 4 + i (Q tile 1): thread `row` rescales row
+        # `row` of O_0 and of O_1.
+        cute.arch.setmaxregister_decrease(CORRECTION_REGISTERS)
+        quarter = warp_idx - CORRECTION_WARP
+        row = tidx % TILE_M
+        O_chunk0 = cute.composition(tOtO[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
+        load_chunk, store_chunk = make_row_copies(O_chunk0, TMEM_CHUNK)
+        thr_load, thr_store = load_chunk.get_slice(row), store_chunk.get_slice(row)
+        tO_ld0, tO_st0 = thr_load.partition_S(O_chunk0), thr_store.partition_D(O_chunk0)
+        o_shift = TMEM_O_COL[1] - TMEM_O_COL[0]
+        tO_ld = [cute.make_tensor(tO_ld0.iterator + g * o_shift, tO_ld0.layout) for g in range(NUM_Q_TILES)]
+        tO_st = [cute.make_tensor(tO_st0.iterator + g * o_shift, tO_st0.layout) for g in range(NUM_Q_TILES)]
+        r_chunk = cute.make_rmem_tensor(thr_load.partition_D(O_chunk0).shape, cutlass.Float32)
+        num_chunks_O = HEAD_DIM // TMEM_CHUNK
+
+        for n_block in range(n_blocks):
+            # The same order as the MMA warp's P V: Q tile 0, then 1.
+            for g in cutlass.range_constexpr(NUM_Q_TILES):
+                # barrier: softmax warp 4g + i has written tile j's factors of its 32 rows to
+                # s_scale (pairs with its barrier_arrive on STATS_BARRIER + 4g + i; bar.sync makes
+                # its shared-memory writes visible here). Its arrive for tile j + 1 cannot come
+                # first: S_g(j + 1) is issued after P_g V(j), which waits for our o_ready below.
+                # timeline: stats wait begin
+                cute.arch.barrier(barrier_id=STATS_BARRIER + 4 * g + quarter, number_of_threads=STATS_THREADS)
+                # timeline: stats wait end
+                # O_g holds P V up to tile j - 1, complete: softmax g passed s_full[g] for S_g(j),
+                # whose commit also covers the P_g V(j - 1) issued before it.
+                tcgen05_fence_after_thread_sync()
+                scale = s_scale[g * TILE_M + row]
+                # timeline: correction begin
+                if n_block > 0:      # tile 0: O holds nothing yet (its first P V overwrites it)
+                    # Rescale this warp's 32 rows of O_g only if one of them needs it (a factor
+                    # below 1: its max moved); rows with factor 1 are multiplied by 1.
+                    if cute.arch.vote_ballot_sync(scale < 1.0) != 0:
+                        for c in cutlass.range_constexpr(num_chunks_O):
+                            cute.copy(thr_load, cute.make_tensor(tO_ld[g].iterator + c * TMEM_CHUNK, tO_ld0.layout),
+                                      r_chunk)
+                            cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld
+                            r_chunk.store(r_chunk.load() * scale)
+                            cute.copy(thr_store, r_chunk,
+                                      cute.make_tensor(tO_st[g].iterator + c * TMEM_CHUNK, tO_st0.layout))
+                        cute.arch.fence_view_async_tmem_store()          # tcgen05.wait::st
+                # timeline: correction end
+                # arrive: O_g is ready for P_g V(j) (the leader's o_ready[g], tile j's phase; its
+                # MMA warp's wait pairs with it; the peer's threads arrive remotely). The tcgen05
+                # fence orders our TMEM stores before the arrive.
+                tcgen05_fence_before_thread_sync()
+                cute.arch.mbarrier_arrive(o_ready + g, leader)
+
+    else:
+        # ---------------------------------------------------------------- softmax warpgroups
+        # Warps 4g .. 4g+3 run the softmax of Q tile g; thread `row` owns row (= TMEM lane) `row`
+        # of S_g, P_g and O_g. Warp w touches lanes 32 (w % 4) .. +31: its own quarter.
+        cute.arch.setmaxregister_increase(SOFTMAX_REGISTERS)
+        q_tile = warp_idx // 4
+        row = tidx % TILE_M
+
+        # TMEM -> registers, TMEM_CHUNK columns of this thread's row per tcgen05.ld, for S and O
+        # (the epilogue) alike. Chunk c is the first chunk's view moved c * TMEM_CHUNK columns along
+        # (a TMEM address counts 32-bit columns). The copies are built for the 128 threads of one Q
+        # tile (slice `row`); this thread's Q tile picks the columns. O is only read here now: its
+        # rescale is the correction warps'.
+        O_chunk0 = cute.composition(tOtO[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
+        load_chunk, _ = make_row_copies(O_chunk0, TMEM_CHUNK)
+        thr_load = load_chunk.get_slice(row)
+        s_shift = q_tile * (TMEM_S_COL[1] - TMEM_S_COL[0])
+        o_shift = q_tile * (TMEM_O_COL[1] - TMEM_O_COL[0])
+        tO_ld = thr_load.partition_S(O_chunk0)
+        tO_ld = cute.make_tensor(tO_ld.iterator + o_shift, tO_ld.layout)
+        r_chunk = cute.make_rmem_tensor(thr_load.partition_D(O_chunk0).shape, cutlass.Float32)
+        r_chunk_bf16 = cute.make_rmem_tensor(r_chunk.shape, dtype)
+        # P: TMEM_CHUNK keys of P (bf16) fill TMEM_CHUNK / 2 columns. The registers are fp32-typed
+        # for the 32-bit tcgen05.st; the same registers viewed as bf16 receive the converted values.
+        P_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK // 2)))
+        _, store_p = make_row_copies(P_chunk0, TMEM_CHUNK // 2)
+        thr_store_p = store_p.get_slice(row)
+        tP_st = thr_store_p.partition_D(P_chunk0)
+        tP_st = cute.make_tensor(tP_st.iterator + s_shift, tP_st.layout)
+        r_p_cols = cute.make_rmem_tensor(thr_store_p.partition_S(P_chunk0).shape, cutlass.Float32)
+        r_p = cute.make_tensor(cute.recast_ptr(r_p_cols.iterator, dtype=dtype), r_chunk.layout)
+        num_chunks_S, num_chunks_O = TILE_N // TMEM_CHUNK, HEAD_DIM // TMEM_CHUNK
+        # The whole row of S_g (TILE_N fp32 values) in registers, loaded in TMEM_CHUNK-column pieces
+        # (4 x tcgen05.ld.32x32b.x32, as FA4): with 512 threads the launch allows 128 registers,
+        # and ptxas compiles every instruction within that, setmaxnreg or not; b11's single x128
+        # load would need more than 128 in one instruction. r_S[c] views chunk c, the piece the
+        # P stores and the sums work on.
+        S_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
+        load_s, _ = make_row_copies(S_chunk0, TMEM_CHUNK)
+        thr_load_s = load_s.get_slice(row)
+        tS_ld = thr_load_s.partition_S(S_chunk0)
+        tS_ld = cute.make_tensor(tS_ld.iterator + s_shift, tS_ld.layout)
+        r_S_row = cute.make_rmem_tensor(TILE_N, cutlass.Float32)
+        r_S = [cute.make_tensor(r_S_row.iterator + c * TMEM_CHUNK, r_chunk.layout) for c in range(num_chunks_S)]
+        scale_log2 = softmax_scale * LOG2_E
+
+        def chunk(t, c, width=TMEM_CHUNK):
+            return cute.make_tensor(t.iterator + c * width, t.layout)
+
+        row_max = -cutlass.Float32.inf
+        row_sum = cutlass.Float32(0.0)
+        for n_block in range(n_blocks):
+            # wait: S_g of tile j is in TMEM (and tile j-1's P_g V done). Pairs with the leader's
+            # MMA warp's tcgen05.commit (its arrive, multicast to this CTA's s_full[g] too): one
+            # phase per tile, parity j % 2.
+            # timeline: S wait begin
+            cute.arch.mbarrier_wait(s_full + q_tile, n_block % 2)
+            # timeline: S wait end
+            # timeline: softmax begin
+            tcgen05_fence_after_thread_sync()
+
+            # Online softmax on this thread's row; the row is whole in one thread, so no shuffles.
+            # S is read from TMEM once: all TILE_N columns of the row into registers (4 loads, one
+            # wait), then the row max, then the exponentials in place.
+            for c in cutlass.range_constexpr(num_chunks_S):
+                cute.copy(thr_load_s, chunk(tS_ld, c), r_S[c])
+            cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld: r_S is valid
+            m_new = row_max
+            for c in cutlass.range_constexpr(num_chunks_S):
+                m_new = cute.arch.fmax(r_S[c].load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0), m_new)
+            # Conditional rescaling: the max moves only if it grows by more than RESCALE_THRESHOLD
+            # in log2 units; otherwise the old max stays (P up to 2^8 this tile) and O's factor is
+            # 1. The first tile has m_old = -inf: the max moves, factor 2^-inf = 0 (unused).
+            moved_log2 = (row_max - m_new) * scale_log2
+            rescale = cute.math.exp2(moved_log2, fastmath=True)
+            if moved_log2 >= -RESCALE_THRESHOLD:
+                m_new = row_max
+                rescale = cutlass.Float32(1.0)
+            row_max = m_new
+            # This tile's factor for the correction warp of our rows; the arrive on our shared
+            # named barrier (no wait) tells it the warp's 32 factors are there.
+            s_scale[q_tile * TILE_M + row] = rescale
+            cute.arch.barrier_arrive(barrier_id=STATS_BARRIER + 4 * q_tile + warp_idx % 4,
+                                     number_of_threads=STATS_THREADS)
+            # P = exp(scale * (S - m)) = 2^(S * scale_log2 - m * scale_log2): one packed FFMA2 per
+            # pair of scores (the scale folded into the multiply, the max into the addend), then
+            # one ex2.approx.ftz (MUFU.EX2) per score. Summed, and stored (bf16, two per column)
+            # over the first half of this thread's row of S_g, whose values are all in registers.
+            # The row sum is accumulated in pairs too (FADD2), one pair of partial sums per chunk
+            # so that the additions form four short chains rather than one long one.
+            neg_max_scaled = -m_new * scale_log2
+            tile_sum = cutlass.Float32(0.0)
+            for c in cutlass.range_constexpr(num_chunks_S):
+                for i in cutlass.range_constexpr(0, TMEM_CHUNK, 2):
+                    r_S[c][i], r_S[c][i + 1] = cute.arch.fma_packed_f32x2(
+                        (r_S[c][i], r_S[c][i + 1]), (scale_log2, scale_log2), (neg_max_scaled, neg_max_scaled))
+                for i in cutlass.range_constexpr(0, TMEM_CHUNK, 2):
+                    if ex2_is_emulated(c, i, num_chunks_S):
+                        r_S[c][i], r_S[c][i + 1] = ex2_emulated_pair(r_S[c][i], r_S[c][i + 1])
+                    else:
+                        r_S[c][i] = cute.math.exp2(r_S[c][i], fastmath=True)
+                        r_S[c][i + 1] = cute.math.exp2(r_S[c][i + 1], fastmath=True)
+                pair_sum = (r_S[c][0], r_S[c][1])
+                for i in cutlass.range_constexpr(2, TMEM_CHUNK, 2):
+                    pair_sum = cute.arch.add_packed_f32x2(pair_sum, (r_S[c][i], r_S[c][i + 1]))
+                tile_sum += pair_sum[0] + pair_sum[1]
+                r_p.store(r_S[c].load().to(dtype))
+                cute.copy(thr_store_p, r_p_cols, chunk(tP_st, c, TMEM_CHUNK // 2))
+            row_sum = row_sum * rescale + tile_sum
+            cute.arch.fence_view_async_tmem_store()      # tcgen05.wait::st: P in TMEM
+            # arrive: P_g written (the leader's p_full[g], this tile's phase; its MMA warp's wait
+            # pairs with it; the peer's threads arrive remotely). The tcgen05 fence orders our TMEM
+            # stores before the arrive.
+            tcgen05_fence_before_thread_sync()
+            # timeline: softmax end
+            cute.arch.mbarrier_arrive(p_full + q_tile, leader)
+
+        # wait: O is final. Pairs with the leader's MMA warp's tcgen05.commit (its arrive,
+        # multicast to both CTAs' o_full) after the last P V MMAs: its only phase, parity 0.
+        cute.arch.mbarrier_wait(o_full, 0)
+        tcgen05_fence_after_thread_sync()
+        # Epilogue: O / rowsum, chunk by chunk from TMEM, to bf16, stored from registers to this
+        # thread's row of global memory.
+        # (This CTA's rows of Q tile g, addressed only now: an address computed before the loop
+        # stays live through it, and with FA4's 2-CTA share of emulated exponentials the softmax
+        # has no register to spare for it.)
+        gO_mine = gO[None, None, o_row_tile(m_block, q_tile, cta_rank)]
+        inv_sum = cute.arch.rcp_approx(row_sum)
+        for c in cutlass.range_constexpr(num_chunks_O):
+            cute.copy(thr_load, chunk(tO_ld, c), r_chunk)
+            cute.arch.fence_view_async_tmem_load()
+            r_chunk_bf16.store((r_chunk.load() * inv_sum).to(dtype))
+            cute.autovec_copy(r_chunk_bf16, row_piece(gO_mine, row, c))
+
+    # Free TMEM: every softmax and correction thread's TMEM loads and stores are complete (their
+    # wait::ld / wait::st above), fenced before the barrier all 512 threads of this CTA reach at
+    # the end. The pair frees its TMEM together (tcgen05.dealloc.cta_group::2), so each MMA warp
+    # first tells the other CTA that this one is done with it and waits for the same news.
+    tcgen05_fence_before_thread_sync()
+    cute.arch.sync_threads()
+    if warp_idx == MMA_WARP:
+        # arrive: this CTA is done with TMEM (the other CTA's tmem_free, its only phase; every lane
+        # arrives, TMEM_FREE_ARRIVALS = 32).
+        cute.arch.mbarrier_arrive(tmem_free, peer)
+        # wait: the other CTA is done with TMEM. Pairs with its MMA warp's 32 remote arrives on our
+        # tmem_free: its only phase, parity 0.
+        cute.arch.mbarrier_wait(tmem_free, 0)
+        tcgen05_fence_after_thread_sync()
+        cute.arch.dealloc_tmem(tmem_base, TMEM_COLS, is_two_cta=True)
+
+_attention = contract.make_attention(INFO, host)
+# A cluster covers CLUSTER_CTAS x tile_m query rows: the input checks hold seqlen to that unit.
+_CLUSTER_INFO = contract.StepInfo(**{**vars(INFO), "tile_m": CLUSTER_CTAS * INFO.tile_m})
+
+
+def attention(q, k, v, softmax_scale=None):
+    contract.validate_inputs(_CLUSTER_INFO, q, k, v, softmax_scale)
+    return _attention(q, k, v, softmax_scale)
+
+
+attention.__doc__ = _attention.__doc__ + (f" seqlen: a multiple of {CLUSTER_CTAS * INFO.tile_m}, the query "
+                                          "rows of one cluster of two CTAs.")
