@@ -149,8 +149,10 @@ def _role_of(region, by_registers: dict) -> str:
         return "before the roles split"
     name = by_registers.get(region.registers, "?")
     if name == "other":
-        found = [role for role, op in (("MMA", "UTCHMMA"), ("load", "UTMALDG")) if region.count(op)]
-        name = f"other: {' and '.join(found)} warps" if found else "other: warps without a role"
+        found = [role for role, op in (("MMA", "UTCHMMA"), ("load", "UTMALDG"), ("epilogue", "UTMASTG"))
+                 if region.count(op)]
+        listed = ", ".join(found[:-1]) + " and " + found[-1] if len(found) > 1 else "".join(found)
+        name = f"other: {listed} warps" if found else "other: warps without a role"
     return name
 
 

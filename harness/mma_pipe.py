@@ -51,6 +51,11 @@ _ALTERNATING = {
         "overwrites the columns it reads P1 from, with no wait between them. " + _FA4_ORDER,
 }
 DOCUMENTED.update({step: _ALTERNATING for step in ("b09", "b10", "b11", "b12", "b13")})
+# b14 runs b13's order once per work tile; at a work tile's start S_g(0) follows the previous work
+# tile's last P_g V the same way, with the waits for the next Q (q_full) and K_0 between them.
+DOCUMENTED["b14"] = {hazard: text + " In b14 the same holds where one work tile's last P V meets the next work "
+                     "tile's first S (the q_full and kv_full waits between them order nothing issued before)."
+                     for hazard, text in _ALTERNATING.items()}
 
 
 @dataclass(frozen=True)

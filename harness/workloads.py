@@ -48,7 +48,9 @@ NUMERICS_CASES = (
     NumericsCase("odd batch/heads", batch=3, seqlen_tiles=3, heads=5),
     NumericsCase("large-magnitude scores", batch=2, seqlen_tiles=4, heads=3, magnitude=3.0),
     # More work tiles than the H200's 132 SMs, with an odd K/V tile count: a persistent kernel's
-    # CTAs walk two or three tiles each, and the ring's stages wrap differently per tile.
+    # CTAs walk two or three tiles each, and the ring's stages wrap differently per tile. (b14:
+    # 300 tiles of 512 rows over 74 clusters, four or five each; a b14 shape's K/V count is always
+    # a multiple of 4, so odd counts are the CPU replay's: tests/test_barrier_protocol.py.)
     NumericsCase("more tiles than SMs", batch=1, seqlen_tiles=3, heads=100),
 )
 TINY_CASES = NUMERICS_CASES[:2]    # selfcheck: fast, still covers several CTAs and K/V tiles

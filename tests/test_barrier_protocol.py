@@ -97,6 +97,9 @@ _KV_FULL_WAIT = "cute.arch.mbarrier_wait(kv_full + stage, parity)"
 _B13_KV_FULL_EXPECT = """        if cta_rank == leader:
                     with cute.arch.elect_one():
                         cute.arch.mbarrier_arrive_and_expect_tx(kv_full + slot, slot_bytes)"""
+_B14_LOAD_FIRST = """            first = tile_iter * n_blocks          # K/V tiles of the earlier work tiles: the ring runs on
+            for n_block in range(n_blocks):
+                # K_j, then V_j"""
 _B13_MMA_STUCK_ON_P_FULL = r"(?s)deadlock.*mma warp 12 \(cta 0\): [^\n]*waits on cta 0's p_full"
 
 # (id, step, edits, what the error says). Each is a bug a kernel could have; the first three are
@@ -164,6 +167,22 @@ BROKEN = [
     ("b13-peer-expects-instead-of-the-leader", "b13", [(_B13_KV_FULL_EXPECT, _B13_KV_FULL_EXPECT.replace(
         "cta_rank == leader", "cta_rank != leader"))],
      r"TMA copy on cta 0's kv_full\[0\] by load warp 13 \(cta 0\) with no expect-tx"),
+    # b14 (persistent): the load warp restarts the ring at every work tile while the MMA warp's
+    # positions run on: the second work tile's loads wait on phases that already passed
+    ("b14-ring-restarts-per-work-tile", "b14", [(_B14_LOAD_FIRST, _B14_LOAD_FIRST.replace(
+        "first = tile_iter * n_blocks", "first = 0"))],
+     "deadlock|already observed|later than|first wait"),
+    # the softmax's s_full parity counted per work tile, not per K/V tile of the whole walk
+    ("b14-softmax-parity-per-work-tile", "b14", [("mbarrier_wait(s_full + q_tile, (first + n_block) % 2)",
+                                                  "mbarrier_wait(s_full + q_tile, n_block % 2)")],
+     "deadlock|already observed|later than"),
+    # q_empty freed in the leader only: the peer's load warp never loads the next work tile's Q
+    ("b14-q_empty-without-the-peer-bit", "b14", [("tcgen05.commit(q_empty, PAIR_MASK,", "tcgen05.commit(q_empty, 0b01,")],
+     r"(?s)deadlock.*\(cta 1\)[^\n]*cta 1's q_empty"),
+    # the softmax writes sO again before the TMA store of the previous work tile has read it
+    ("b14-softmax-skips-the-so-empty-wait", "b14",
+     [("            cute.arch.mbarrier_wait(o_epi_empty + q_tile, (tile_iter % 2) ^ 1)\n", "")],
+     "o_epi"),
 ]
 
 
@@ -337,3 +356,19 @@ def test_only_the_cluster_barrier_orders_a_remote_arrive_after_the_other_ctas_in
     for seed in range(40):
         with pytest.raises(ProtocolError, match="warp 0 \\(cta 1\\) .* may not be initialised yet"):
             protocol.replay(racy, seed)
+
+
+def test_b14_replays_clusters_with_no_work_tile_and_odd_kv_counts():
+    """A persistent cluster may get no work tile at all (fewer work tiles than clusters) and every
+    K/V count; no valid shape gives an odd one (seqlen is a multiple of 512: n_blocks of 4, 8, ...,
+    so the ring and the per-K/V-tile parities repeat from one work tile to the next and a GPU run
+    cannot tell a per-tile reset from a running count), so the replay takes odd ones."""
+    module = resolve("b14").module
+    for n_tiles in (0, 1, 2, 3):
+        for n_blocks in (1, 3, 5):
+            proto = protocol.extract(module, n_blocks, n_tiles=n_tiles)
+            for seed in range(6):
+                protocol.replay(proto, seed)
+    proto = protocol.extract(module, 3, n_tiles=3)
+    load = proto.warps[module.LOAD_WARP]                       # CTA 0's load warp
+    assert [op.value for op in load if op.kind == "wait" and op.bar.name == "q_empty"] == [1, 0, 1, 0]

@@ -390,7 +390,7 @@ def _roles_by_registers(step):
     return regions
 
 
-@pytest.mark.parametrize("sid", ["b12", "b13"])
+@pytest.mark.parametrize("sid", ["b12", "b13", "b14"])
 def test_b12_on_splits_the_register_file_between_four_whole_warpgroups(sid):
     """16 warps, four whole warpgroups (setmaxnreg acts per warpgroup): softmax 0-7 raise their
     registers to 192, the correction warpgroup 8-11 drops to 80, the MMA, load and two idle warps to
@@ -409,7 +409,7 @@ def test_b12_on_splits_the_register_file_between_four_whole_warpgroups(sid):
     assert compile_step(step, ARCH).registers == 128       # the entry count ptxas needs to honour them
 
 
-@pytest.mark.parametrize("sid", ["b12", "b13"])
+@pytest.mark.parametrize("sid", ["b12", "b13", "b14"])
 def test_b12_on_rescales_o_only_in_the_correction_warps_after_a_vote(sid):
     """b11's softmax stores P and O to TMEM (its rescale); b12's softmax stores only P, and O's
     load-scale-store sits in the correction warpgroup's code, behind a ballot."""
@@ -590,3 +590,81 @@ def test_b13_softmax_spills_only_its_row_sum_pair_and_declares_it():
     (softmax,) = _roles_by_registers(step)[mod.SOFTMAX_REGISTERS]
     assert softmax.count("STL") <= 3
     assert "softmax" in step.info.extra["spills_at_register_cap"]
+
+
+# ---- b14: persistent clusters, epilogue warp ----------------------------------------------------
+
+def test_b14_launches_one_cta_per_b200_sm_in_pairs():
+    """The grid is fixed: 148 CTAs (a B200's SMs) in clusters of two, as the IR's launch facts say."""
+    from harness import units
+    from harness.compile import launch_facts
+    mod = resolve("b14").module
+    assert mod.SM_COUNT == units.gpu("b200").sms and mod.GRID_CTAS == mod.SM_COUNT // 2 * 2
+    facts = launch_facts(resolve("b14"), ARCH)
+    assert facts["exact_grid_dim"] == (mod.GRID_CTAS, 1, 1) and facts["exact_cluster_dim"] == (2, 1, 1)
+    # the walk is over clusters, from the cluster's own index and count (both CTAs read the same)
+    ptx = _ptx(resolve("b14"))
+    assert "%clusterid.x" in ptx and "%nclusterid.x" in ptx
+
+
+def test_b14_stores_o_by_tma_from_shared_memory_after_a_proxy_fence():
+    """No thread stores O to global memory: the softmax threads write their rows into sO with
+    16-byte shared stores (a row is 256 bytes: 16 of them), fence the async proxy, and the epilogue
+    warp's TMA stores (bulk groups, waited for their reads) take it out."""
+    step = resolve("b14")
+    report = compile_step(step, ARCH)
+    ptx = report.ptx.read_text()
+    assert "st.global" not in ptx and report.sass.mechanisms["STG"] == 0
+    assert re.search(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta\.\S*bulk_group", ptx)
+    assert "cp.async.bulk.commit_group" in ptx and "cp.async.bulk.wait_group.read" in ptx
+    assert "fence.proxy.async.shared::cta" in ptx
+    assert report.sass.mechanisms["UTMASTG"] > 0
+    assert report.sass.opcodes["STS.128"] == step.module.HEAD_DIM * 2 // 16
+
+
+def _cluster_tiles(mod, cluster, n_clusters, batch, heads, m_blocks):
+    return [mod.tile_coords(cluster + i * n_clusters, m_blocks, heads)
+            for i in range(mod.tiles_of(cluster, n_clusters, m_blocks * heads * batch))]
+
+
+@pytest.mark.parametrize("batch,heads,m_blocks", [(3, 5, 7), (1, 1, 1), (7, 3, 1), (1, 100, 1), (8, 16, 4), (4, 16, 8)])
+def test_b14_scheduler_takes_every_tile_once(batch, heads, m_blocks):
+    """74 clusters walk the work tiles c, c + 74, ...: every (m-block, head, batch) is taken by
+    exactly one cluster (shapes that do not divide the clusters, and fewer tiles than clusters),
+    the m-block runs fastest, and expanded by (Q tile, CTA) every 128-row block of every (batch,
+    head) is stored once."""
+    mod = resolve("b14").module
+    n_clusters = mod.GRID_CTAS // mod.CLUSTER_CTAS
+    taken = [t for c in range(n_clusters) for t in _cluster_tiles(mod, c, n_clusters, batch, heads, m_blocks)]
+    assert sorted(taken) == sorted((m, h, b) for m in range(m_blocks) for h in range(heads) for b in range(batch))
+    assert _cluster_tiles(mod, 0, n_clusters, batch, heads, m_blocks)[:1] == [(0, 0, 0)]
+    if m_blocks > 1:
+        assert mod.tile_coords(1, m_blocks, heads) == (1, 0, 0)               # m-block fastest
+    rows = sorted((b, h, mod.o_row_tile(m, g, v)) for m, h, b in taken
+                  for g in range(mod.NUM_Q_TILES) for v in range(mod.CLUSTER_CTAS))
+    assert rows == [(b, h, r) for b in range(batch) for h in range(heads) for r in range(4 * m_blocks)]
+
+
+def test_b14_softmax_spills_at_most_a_few_registers_and_declares_it():
+    """b13's softmax spill (the row-sum pair) remains and the work-tile loop adds one more parked
+    pair; the O drain's 16 shared-memory addresses are kept out of the loop's live set (computed
+    from an opaque copy of the row index: without it the softmax stores 27 values)."""
+    step = resolve("b14")
+    mod = step.module
+    (softmax,) = _roles_by_registers(step)[mod.SOFTMAX_REGISTERS]
+    assert softmax.count("STL") <= 4
+    assert "softmax" in step.info.extra["spills_at_register_cap"]
+
+
+def test_b14_epilogue_frees_each_o_tile_only_after_its_store_has_read_it():
+    """The epilogue warp's order in the PTX: both stores committed as two bulk groups, then
+    wait_group.read 1 (the first group has read sO[0]) before the arrive on o_epi_empty[0], and
+    wait_group.read 0 before the arrive on o_epi_empty[1]. An arrive before its wait would let the
+    softmax overwrite sO while the TMA still reads it (the barrier replay does not model bulk
+    groups, so this is the check)."""
+    ptx = _ptx(resolve("b14"))
+    events = re.findall(r"cp\.async\.bulk\.(commit_group|wait_group\.read\s+\d)|(mbarrier\.arrive)", ptx)
+    seq = [re.sub(r"\s+", " ", a) or b for a, b in events]
+    i = seq.index("wait_group.read 1")
+    assert seq[i - 2:i] == ["commit_group", "commit_group"]
+    assert seq[i:i + 4] == ["wait_group.read 1", "mbarrier.arrive", "wait_group.read 0", "mbarrier.arrive"]
