@@ -228,6 +228,20 @@ EX2_EMULATION = (
 )
 
 
+# The wgmma operand fragments sliced by the warpgroup's first thread (warp-uniform), as FA4 does:
+# their descriptors then live in uniform registers (no R2UR before each HGMMA).
+UNIFORM_DESCRIPTORS = (
+    ("        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))\n"
+     "        tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))\n"
+     "        tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))\n",
+     "        wg_first = cute.arch.make_warp_uniform(mma_tidx // WARPGROUP_THREADS) * WARPGROUP_THREADS\n"
+     "        wg_mma, wg_mma_pv = tiled_mma.get_slice(wg_first), tiled_mma_pv.get_slice(wg_first)\n"
+     "        tSrQ = wg_mma.make_fragment_A(wg_mma.partition_A(sQ))\n"
+     "        tSrK = wg_mma.make_fragment_B(wg_mma.partition_B(sK))\n"
+     "        tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))\n"),
+)
+
+
 EXPERIMENTS = {e.name: e for e in (
     Experiment("h04-one-cta-per-sm", "h04",
                "h04 padded with 24 KB of unused smem, so one CTA fits per SM, not two",
@@ -273,14 +287,11 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("h14-uniform-descriptors", "h14",
                "h14 with the wgmma operand fragments (smem descriptors) sliced by the warpgroup's first "
                "thread, a warp-uniform value, as FA4 slices them: no R2UR before each HGMMA",
-               (("        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))\n"
-                 "        tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))\n"
-                 "        tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))\n",
-                 "        wg_first = cute.arch.make_warp_uniform(mma_tidx // WARPGROUP_THREADS) * WARPGROUP_THREADS\n"
-                 "        wg_mma, wg_mma_pv = tiled_mma.get_slice(wg_first), tiled_mma_pv.get_slice(wg_first)\n"
-                 "        tSrQ = wg_mma.make_fragment_A(wg_mma.partition_A(sQ))\n"
-                 "        tSrK = wg_mma.make_fragment_B(wg_mma.partition_B(sK))\n"
-                 "        tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))\n"),)),
+               UNIFORM_DESCRIPTORS),
+    Experiment("h14-uniform-descriptors-pinned-max", "h14",
+               "h14 with both: the warp-uniform operand slicing and both rows' max reductions before "
+               "wait_group(0)", UNIFORM_DESCRIPTORS + _pin_before_wait_edits(" " * 16, "row_max"),
+               scratch_stores=True),
     Experiment("b13-one-cta-emulation", "b13",
                "b13 with b12's share of emulated exponentials (16 of 128, EMU_PERIOD 16) instead of FA4's "
                "2-CTA share (24): what the CTA pair is worth by itself",
