@@ -1,6 +1,6 @@
-# attention-ladder. Every target works as the first command on a fresh machine: it creates the venv
-# and installs what is missing. On a machine whose python3 already has a CUDA torch, the venv sees
-# that torch (--system-site-packages) instead of installing a CPU one over it.
+# attention-ladder. `make help` lists the targets. Every target works as the first command on a fresh
+# machine: it creates the venv and installs what is missing. On a machine whose python3 already has a
+# CUDA torch, the venv sees that torch (--system-site-packages) instead of installing a CPU one over it.
 
 VENV    ?= .venv
 STAMP   := $(VENV)/.installed
@@ -20,9 +20,18 @@ STEP    ?= 01
 AGAINST ?=
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: install lint test test-fast run gpu-test table sass diff selfcheck sanitize writeups clean
+# pytest's workers: one per core (pytest-xdist). Compiles and traced models are shared through build/
+# (a step compiles once per build directory), so workers split the work instead of repeating it.
+WORKERS ?= auto
 
-install: $(NEEDS)
+.PHONY: help install lint test test-fast test-serial run gpu-test table sass diff selfcheck sanitize writeups toolchain clean
+.DEFAULT_GOAL := help
+
+help:                    ## this list
+	@echo "attention-ladder: make <target> [STEP=hNN] [AGAINST=hMM] [WORKERS=n]"
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):[^#]*## (.*)/  \1\t\2/' | expand -t 16
+
+install: $(NEEDS)        ## the venv (.venv) with every package the CPU or GPU side needs
 
 # The CPU install takes the `model` extra: the bound model compiles stock FA4's kernels on the CPU
 # (flash-attn-4, and triton, which FA4's quack imports and the CPU torch lacks). The GPU install
@@ -43,11 +52,14 @@ $(STAMP): pyproject.toml
 lint: install            ## ruff (rules and version in pyproject.toml)
 	$(PY) -m ruff check .
 
-test: install            ## all tests: CPU compile/SASS proof always, GPU tests where the arch matches
-	$(PY) -m pytest -q
+test: install            ## every test, on every core: CPU compile/SASS proof always, GPU tests where the arch matches
+	$(PY) -m pytest -q -n $(WORKERS)
 
-test-fast: install       ## every test but the slow ones, on every core
-	$(PY) -m pytest -q -m "not slow" -n auto
+test-fast: install       ## every test but the slow ones (the guarded Blackwell builds), on every core
+	$(PY) -m pytest -q -m "not slow" -n $(WORKERS)
+
+test-serial: install     ## every test in one process (a debugger, or -x on the first failure)
+	$(PY) -m pytest -q
 
 run: install             ## the main job: measured table on a GPU; compile/SASS table + recorded results on CPU
 	$(LADDER) table
@@ -55,7 +67,7 @@ run: install             ## the main job: measured table on a GPU; compile/SASS 
 gpu-test: install        ## only the GPU tests (they skip, with reasons, without a matching GPU)
 	$(PY) -m pytest -q -m gpu -rs
 
-table: install
+table: install           ## the ladder table (measured on a GPU; compile/SASS on a CPU)
 	$(LADDER) table
 
 sass: install            ## make sass STEP=01 [AGAINST=..]
@@ -64,8 +76,11 @@ sass: install            ## make sass STEP=01 [AGAINST=..]
 diff: install            ## make diff STEP=h03 [AGAINST=h02]
 	$(LADDER) diff $(if $(AGAINST),$(AGAINST) $(STEP),$(STEP))
 
-selfcheck: install
+selfcheck: install       ## every runnable step at tiny shapes, each in a child with a timeout (GPU)
 	$(LADDER) selfcheck
+
+toolchain: install       ## which ptxas builds the kernels here, and which built each recorded result
+	$(LADDER) toolchain
 
 RECORD ?=
 sanitize: install        ## runnable steps at tiny shapes under each tool [RECORD=results/h200.json] [STEPS=h06,h07]
@@ -73,8 +88,8 @@ sanitize: install        ## runnable steps at tiny shapes under each tool [RECOR
 	$(LADDER) selfcheck --sanitize racecheck $(if $(STEPS),--steps $(STEPS),) $(if $(RECORD),--record $(RECORD),)
 	$(LADDER) selfcheck --sanitize synccheck $(if $(STEPS),--steps $(STEPS),) $(if $(RECORD),--record $(RECORD),)
 
-writeups: install
+writeups: install        ## regenerate every generated block, the plot and the timeline pictures
 	$(LADDER) writeups
 
-clean:
+clean:                   ## build outputs (compiles, memo, FA4's build) and pytest's cache
 	rm -rf build .pytest_cache

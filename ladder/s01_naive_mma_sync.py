@@ -67,7 +67,7 @@ INFO = contract.StepInfo(
     predecessor=None,
     sass_present=("HMMA", "LDSM", "MUFU.EX2"),
     sass_absent=("HGMMA", "UTCHMMA", "UTMALDG", "LDGSTS"),
-    # For the bound model (harness/bound.py): how this kernel's roles overlap, and whether a tile's
+    # For the bound model (harness/model/bound.py): how this kernel's roles overlap, and whether a tile's
     # loads are waited for. A fact about the kernel, not read by it (not part of its code hash).
     extra={"bound": {"overlap": "serial", "loads": "exposed", "ldsm_conflict": 8}}
 )

@@ -3,8 +3,8 @@ arch is present (Hopper: compute capability exactly (9, 0); Blackwell: exactly (
 
 import pytest
 
-from harness.provenance import gpu_capability
-from harness.steps import discover
+from harness.core.provenance import gpu_capability
+from harness.core.steps import discover
 
 STEPS = discover()
 STEP_ARCHS = [(s, arch) for s in STEPS for arch in s.info.archs]

@@ -1,4 +1,4 @@
-"""Every mbarrier of every step, read from the kernel's source (harness/protocol.py) and replayed
+"""Every mbarrier of every step, read from the kernel's source (harness/model/protocol.py) and replayed
 under random schedules: no deadlock, every wait passes on the completion it is meant for, every
 asynchronous arrive (tcgen05.commit, a copy's bytes) is waited for before the CTA exits; b13's
 two CTAs are replayed together as one cluster. The arrival counts the model reads from the source
@@ -13,10 +13,10 @@ import inspect
 import pytest
 from conftest import STEPS, step_id
 
-from harness import protocol
-from harness.compile import compile_step
-from harness.pipeline_model import ProtocolError
-from harness.steps import resolve
+from harness.build.compile import compile_step
+from harness.core.steps import resolve
+from harness.model import protocol, protocol_replay, protocol_source
+from harness.model.pipeline_model import ProtocolError
 
 
 def _arch(step):
@@ -25,11 +25,11 @@ def _arch(step):
 
 @pytest.mark.parametrize("step", STEPS, ids=step_id)
 def test_protocol_never_deadlocks_and_every_wait_observes_its_own_phase(step):
-    protocol.replay_many(step.module)
+    protocol_replay.replay_many(step.module)
 
 
 def test_the_model_sees_every_handoff_of_the_warp_specialized_steps():
-    names = {sid: {b.name for b in protocol.extract(resolve(sid).module, 2).counts}
+    names = {sid: {b.name for b in protocol_source.extract(resolve(sid).module, 2).counts}
              for sid in ("b02", "b04", "b07", "b08", "h08")}
     assert names["b02"] == {"mma_done"}
     assert names["b04"] == {"q_full", "kv_full", "s_done", "o_done"}
@@ -40,15 +40,15 @@ def test_the_model_sees_every_handoff_of_the_warp_specialized_steps():
 @pytest.mark.parametrize("step", STEPS, ids=step_id)
 def test_arrival_counts_are_the_ones_the_ptx_initialises(step):
     ptx = compile_step(step, _arch(step)).ptx.read_text()
-    model = sorted(protocol.extract(step.module, 2).cta_counts().values())   # a cluster: one CTA's code
-    assert protocol.ptx_init_counts(ptx) == model
+    model = sorted(protocol_source.extract(step.module, 2).cta_counts().values())   # a cluster: one CTA's code
+    assert protocol_replay.ptx_init_counts(ptx) == model
 
 
 def test_ptx_init_counts_reads_registers_and_immediates():
     ptx = "mov.b32 \t%r85, 1;\nmov.u32 %r86, 128;\nmbarrier.init.shared.b64 \t[%r9], %r85;\n" \
           "mbarrier.init.shared::cta.b64 [%r1+16], %r86;\nmbarrier.init.shared.b64 [%r2], 8;\n" \
           "fence.mbarrier_init.release.cluster;"
-    assert protocol.ptx_init_counts(ptx) == [1, 8, 128]
+    assert protocol_replay.ptx_init_counts(ptx) == [1, 8, 128]
 
 
 def test_the_blackwell_load_warp_waits_out_every_commit_before_exit():
@@ -56,14 +56,14 @@ def test_the_blackwell_load_warp_waits_out_every_commit_before_exit():
     stage, for any tile count (including fewer tiles than stages)."""
     for sid, stages in (("b07", 1), ("b08", 2)):
         for n in range(1, 6):
-            proto = protocol.extract(resolve(sid).module, n)
+            proto = protocol_source.extract(resolve(sid).module, n)
             load = proto.warps[resolve(sid).module.LOAD_WARP]
             waits = [op for op in load if op.kind == "wait" and op.bar.name == "kv_empty"]
             assert len(waits) == n + stages
 
 
 def test_describe_names_each_barrier_its_waiters_and_arrivers():
-    text = "\n".join(protocol.describe(resolve("b08").module))
+    text = "\n".join(protocol_replay.describe(resolve("b08").module))
     assert "p_full[0..1] (arrival count 128)" in text
     assert "mma warp 8: wait" in text and "warps 0-7: arrive" in text
     assert "load warp 9: wait" in text and "tcgen05.commit arrives" in text
@@ -81,7 +81,7 @@ def _broken(step_id_, *edits):
 
 
 def _replay(module, source):
-    protocol.replay_many(module, source=source, n_blocks=range(1, 5), seeds=range(10))
+    protocol_replay.replay_many(module, source=source, n_blocks=range(1, 5), seeds=range(10))
 
 
 B08_TAIL = """            cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
@@ -196,13 +196,13 @@ def test_barrier_operations_the_walk_cannot_decide_are_refused():
     module, source = _broken("b08", ("        for n_block in range(n_blocks):\n            # Tile j goes",
                                      "        while n_blocks > 0:\n            # Tile j goes"))
     with pytest.raises(protocol.ExtractionError, match="while"):
-        protocol.extract(module, 2, source=source)
+        protocol_source.extract(module, 2, source=source)
 
 
 def _fails_under_some_schedule(proto, match):
     with pytest.raises(ProtocolError, match=match):
         for seed in range(40):
-            protocol.replay(proto, seed)
+            protocol_replay.replay(proto, seed)
 
 
 def test_a_first_wait_that_passes_on_a_later_completion_is_caught():
@@ -218,14 +218,14 @@ def test_an_arrive_on_another_ctas_barrier_is_refused():
     module, source = _broken("b08", ("cute.arch.mbarrier_arrive(p_full + q_tile)",
                                      "cute.arch.mbarrier_arrive(p_full + q_tile, 1)"))
     with pytest.raises(protocol.ExtractionError, match="another CTA's barrier is not modelled: the step has no cluster"):
-        protocol.extract(module, 2, source=source)
+        protocol_source.extract(module, 2, source=source)
 
 
 def test_pingpong_turns_are_one_sync_and_one_arrive_per_generation():
     """h09: named barriers 1 and 2 each complete with one warpgroup's bar.sync and the other's
     bar.arrive, and none is left half-arrived at exit."""
     n = 3
-    proto = protocol.extract(resolve("h09").module, n)
+    proto = protocol_source.extract(resolve("h09").module, n)
     ids = {op.value for ops in proto.warps for op in ops if op.kind in ("sync", "bar_arrive")}
     assert ids == {0, 1, 2}
     for barrier, syncing, arriving in ((1, range(4, 8), range(8, 12)), (2, range(8, 12), range(4, 8))):
@@ -247,9 +247,9 @@ def _softmax_cross_waits(step, n_blocks=3, source=None):
     """A group is its warps in every CTA (b13: both CTAs' softmax g feed the leader's p_full[g]); the
     issuer is the MMA warp of CTA 0 (the leader's, in a cluster)."""
     roles = step.info.extra["warp_roles"]
-    proto = protocol.extract(step.module, n_blocks, source=source)
+    proto = protocol_source.extract(step.module, n_blocks, source=source)
     groups = {name: protocol.cluster_warps(proto, warps) for name, warps in roles.items() if name.startswith("softmax")}
-    return protocol.cross_waits(proto, groups, roles["mma"][0])
+    return protocol_replay.cross_waits(proto, groups, roles["mma"][0])
 
 
 WARP_ROLE_STEPS = [s for s in STEPS if s.track == "blackwell" and "mma" in s.info.extra.get("warp_roles", {})]
@@ -282,7 +282,8 @@ def test_b12_pairs_each_softmax_warp_with_the_correction_warp_of_its_lanes():
     """Named barrier 1 + 4g + i: softmax warp 4g + i arrives (bar.arrive) once per tile, correction
     warp 8 + i waits (bar.sync) once per tile; nobody else touches it."""
     n = 3
-    proto = protocol.extract(resolve("b12").module, n)
+    proto = protocol_source.extract(resolve("b12").module, n)
+    assert len(proto.warps) == resolve("b12").info.threads // 32
     for g in range(2):
         for i in range(4):
             barrier = 1 + 4 * g + i
@@ -306,7 +307,7 @@ def test_b12_without_the_mma_waiting_for_o_ready_a_softmax_warp_can_overtake_its
 def test_an_element_store_the_walk_cannot_evaluate_keeps_its_index_names():
     """`s_scale[q_tile * TILE_M + row] = rescale` (a value the walk cannot know) must not make
     q_tile unknown to the barrier ids after it (b12's softmax)."""
-    walk = protocol._Walk(resolve("b12").module, [], warp=5, n_blocks=1, threads=512)
+    walk = protocol_source._Walk(resolve("b12").module, [], warp=5, n_blocks=1, threads=512)
     walk.block(ast.parse("q_tile = warp_idx // 4\ns[q_tile * 128 + row] = unknown\nt, u = unknown").body)
     assert walk.env["q_tile"] == 1 and "t" not in walk.env
 
@@ -316,7 +317,7 @@ def test_a_cluster_lands_the_pairs_copies_on_the_leaders_barrier_and_multicast_c
     (the leader's only) counts the pair's copies; the leader's commits land in both CTAs; both CTAs'
     softmax threads arrive on the leader's p_full. A 1-CTA step's barriers name no CTA."""
     module = resolve("b13").module
-    proto = protocol.extract(module, 2)
+    proto = protocol_source.extract(module, 2)
     per = proto.warps_per_cta
     assert (proto.ctas, per) == (2, module.NUM_WARPS)
     leader, peer = proto.warps[module.LOAD_WARP], proto.warps[per + module.LOAD_WARP]
@@ -330,12 +331,12 @@ def test_a_cluster_lands_the_pairs_copies_on_the_leaders_barrier_and_multicast_c
     assert commits and all(op.ctas == (0, 1) for op in commits)
     assert not any(op.kind == "commit" for op in proto.warps[per + module.MMA_WARP])
     assert {op.bar for op in proto.warps[per] if op.kind == "arrive"} == {protocol.Bar("p_full", 0, 0)}
-    text = "\n".join(protocol.describe(module))
+    text = "\n".join(protocol_replay.describe(module))
     assert "load warp 13 (cta 0 and 1): TMA copy lands in cta 0" in text
     assert "mma warp 12 (cta 0): tcgen05.commit arrives in cta 0 and 1" in text
     assert "warps 0-7 (cta 0 and 1): arrive in cta 0  `cute.arch.mbarrier_arrive(p_full + q_tile, leader)`" in text
     assert "mma warp 12 (cta 1): arrive in cta 0  `cute.arch.mbarrier_arrive(tmem_free, peer)`" in text
-    one = protocol.extract(resolve("b12").module, 2)
+    one = protocol_source.extract(resolve("b12").module, 2)
     assert one.ctas == 1 and {b.cta for b in one.counts} == {None} and not any(
         op.kind == "init" for ops in one.warps for op in ops)
 
@@ -351,11 +352,11 @@ def test_only_the_cluster_barrier_orders_a_remote_arrive_after_the_other_ctas_in
     ca, cw = protocol.Op("cluster_arrive", 4, "arrive"), protocol.Op("cluster_wait", 5, "wait")
     ordered = protocol.Protocol("toy", [[init, ca, cw, wait], [ca, cw, arrive]], {bar: 1}, ctas=2)
     for seed in range(40):
-        protocol.replay(ordered, seed)
+        protocol_replay.replay(ordered, seed)
     racy = protocol.Protocol("toy", [[init, wait], [arrive]], {bar: 1}, ctas=2)
     for seed in range(40):
         with pytest.raises(ProtocolError, match="warp 0 \\(cta 1\\) .* may not be initialised yet"):
-            protocol.replay(racy, seed)
+            protocol_replay.replay(racy, seed)
 
 
 def test_b14_replays_clusters_with_no_work_tile_and_odd_kv_counts():
@@ -366,9 +367,9 @@ def test_b14_replays_clusters_with_no_work_tile_and_odd_kv_counts():
     module = resolve("b14").module
     for n_tiles in (0, 1, 2, 3):
         for n_blocks in (1, 3, 5):
-            proto = protocol.extract(module, n_blocks, n_tiles=n_tiles)
+            proto = protocol_source.extract(module, n_blocks, n_tiles=n_tiles)
             for seed in range(6):
-                protocol.replay(proto, seed)
-    proto = protocol.extract(module, 3, n_tiles=3)
+                protocol_replay.replay(proto, seed)
+    proto = protocol_source.extract(module, 3, n_tiles=3)
     load = proto.warps[module.LOAD_WARP]                       # CTA 0's load warp
     assert [op.value for op in load if op.kind == "wait" and op.bar.name == "q_empty"] == [1, 0, 1, 0]

@@ -1,12 +1,14 @@
-"""The bound model (harness/bound.py): every step of both tracks and FA4 go through it on the CPU;
+"""The bound model (harness/model/bound.py): every step of both tracks and FA4 go through it on the CPU;
 its arithmetic on synthetic demands; the model facts stay out of the code hash; the generated check
 against the H200 measurements."""
 
 import pytest
 from conftest import STEPS, step_id
 
-from harness import bound, cli, generate, units
-from harness.steps import code_sha256, resolve
+from harness import cli
+from harness.core.steps import code_sha256, resolve
+from harness.model import bound, units
+from harness.report import writeups
 
 MODELLED = [s for s in STEPS if s.info.extra.get("bound")]
 
@@ -107,14 +109,14 @@ def test_ladder_bound_runs_on_the_cpu(capsys):
 
 
 def test_the_check_block_compares_every_measured_hopper_step():
-    text = generate.render("bound hopper")
+    text = writeups.render("bound hopper")
     assert "Spearman rank correlation" in text and "median relative error" in text
     measured_rows = [line for line in text.splitlines() if line.startswith("| h") or line.startswith("| 01")]
     assert len(measured_rows) >= 11 and all("(model)" in line for line in measured_rows)
 
 
 def test_the_blackwell_table_carries_the_model_column_labelled_as_such():
-    text = generate.render("table blackwell")
+    text = writeups.render("table blackwell")
     assert "model: predicted fraction of FA4 (binds)" in text and "not a measurement" in text
     row = next(line for line in text.splitlines() if line.startswith("| [b10]"))
     assert "(model; " in row and "compiled, not yet run on a B200" in row
@@ -123,5 +125,5 @@ def test_the_blackwell_table_carries_the_model_column_labelled_as_such():
 def test_model_numbers_are_volatile_for_the_staleness_check():
     a = "| h10    | 0.897 | 0.89 (model) | chain: x | 69% | 34% |\nModel check: ... 0.95 (model), ... binds on: tensor."
     b = "| h10    | 0.897 | 0.91 (model) | chain: y | 69% | 34% |\nModel check: ... 0.96 (model), ... binds on: chain."
-    assert generate._settled(a) == generate._settled(b)
+    assert writeups.settled(a) == writeups.settled(b)
     assert resolve("h10").info.extra["bound"]["overlap"] == "pingpong"

@@ -3,9 +3,10 @@
 import pytest
 
 from harness import cli
-from harness.steps import discover
+from harness.cli import common as cli_common
+from harness.core.steps import discover
 
-pytestmark = pytest.mark.skipif(cli._gpu()[0] is not None, reason="CPU-machine behaviour of the CLI")
+pytestmark = pytest.mark.skipif(cli_common.gpu()[0] is not None, reason="CPU-machine behaviour of the CLI")
 
 
 def run(capsys, *argv):
@@ -79,19 +80,19 @@ def test_unknown_step_is_a_clean_error(capsys):
 def test_writeups_check_reports_stale_blocks_and_fails(capsys, monkeypatch):
     """The wiring of ``ladder writeups --check`` (whether the committed blocks are current is
     tests/test_generate.py's test)."""
-    from harness import generate
-    from harness.paths import ROOT
-    monkeypatch.setattr(generate, "stale", lambda: [ROOT / "README.md"])
+    from harness.core.paths import ROOT
+    from harness.report import writeups
+    monkeypatch.setattr(writeups, "stale", lambda: [ROOT / "README.md"])
     code, out = run(capsys, "writeups", "--check")
     assert code == 1 and "stale generated block in README.md" in out
-    monkeypatch.setattr(generate, "stale", lambda: [])
+    monkeypatch.setattr(writeups, "stale", lambda: [])
     assert run(capsys, "writeups", "--check")[0] == 0
 
 
 def test_a_variant_file_runs_like_a_step_but_is_never_recorded(capsys, tmp_path):
     import shutil
 
-    from harness.steps import resolve
+    from harness.core.steps import resolve
     copy = tmp_path / "my_01.py"
     shutil.copy(resolve("01").path, copy)
     variant = resolve(str(copy))
@@ -105,8 +106,9 @@ def test_the_child_jobs_accept_a_variant_path(monkeypatch, tmp_path):
     (a variant's id is its file stem, which names no step)."""
     import shutil
 
-    from harness import measure, workloads
-    from harness.steps import resolve
+    from harness.core import workloads
+    from harness.core.steps import resolve
+    from harness.gpu import measure
     copy = tmp_path / "my_01.py"
     shutil.copy(resolve("01").path, copy)
     monkeypatch.setattr(workloads, "TINY_CASES", ())       # nothing to run on this CPU

@@ -8,14 +8,15 @@ import tokenize
 
 import pytest
 
-from harness import cli, generate
-from harness.code_diff import changed_lines, code_diff, code_lines, code_source
-from harness.steps import discover, predecessor, resolve
+from harness import cli
+from harness.core.steps import discover, predecessor, resolve
+from harness.report import blocks_compiled
+from harness.report.code_diff import changed_lines, code_diff, code_lines, code_source
 
 
 def _without_docstrings(source: str) -> str:
     """ast.dump of ``source`` with every module/class/function docstring removed (an emptied body
-    gets a ``pass``), independently of harness.code_diff."""
+    gets a ``pass``), independently of harness.report.code_diff."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -130,9 +131,9 @@ def test_cli_diff_code_of_a_prose_only_edit_is_identical(tmp_path, capsys):
 
 
 def test_every_step_writeup_with_a_predecessor_has_a_code_block_before_its_prediction():
-    for step in discover():
-        if predecessor(step) is None:
-            continue
+    steps = [step for step in discover() if predecessor(step) is not None]
+    assert steps, "no step with a predecessor found"
+    for step in steps:
         text = step.writeup.read_text()
         marker = f"<!-- ladder:begin code {step.id} -->"
         assert marker in text, f"{step.writeup.name} has no `code {step.id}` block"
@@ -142,10 +143,10 @@ def test_every_step_writeup_with_a_predecessor_has_a_code_block_before_its_predi
 
 
 def test_a_long_code_block_is_cut_and_says_how_to_see_the_rest():
-    block = generate.code_block("b02")
+    block = blocks_compiled.code_block("b02")
     fenced = block.split("```diff\n", 1)[1].split("```", 1)[0]
-    assert changed_lines(fenced) == generate.CODE_CHANGED_LINES
+    assert changed_lines(fenced) == blocks_compiled.CODE_CHANGED_LINES
     assert "more lines" in block and "`ladder diff --code b02`" in block
-    short = generate.code_block("h03")
+    short = blocks_compiled.code_block("h03")
     assert "more lines" not in short and changed_lines(short) == changed_lines(code_diff(
         resolve("h02").path, resolve("h03").path))

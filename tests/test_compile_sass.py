@@ -1,6 +1,6 @@
 """CPU-side proof of every step: it compiles for each arch it targets (no GPU), the binary targets
 that arch, its SASS shows the mechanism it claims, and nothing spills. Each (step, arch) compiles
-once per test process (harness.compile memoizes); compile times are reported, not asserted."""
+once per test process (harness.build.compile memoizes); compile times are reported, not asserted."""
 
 import collections
 import shutil
@@ -10,10 +10,10 @@ import sys
 import pytest
 from conftest import STEP_ARCHS
 
-from harness.compile import compile_step
-from harness.isolate import child_env
-from harness.paths import ROOT
-from harness.steps import resolve
+from harness.build.compile import compile_step
+from harness.core.paths import ROOT
+from harness.core.steps import resolve
+from harness.gpu.isolate import child_env
 
 
 def _id(pair):
@@ -35,6 +35,7 @@ def test_binary_targets_the_requested_arch(compiled):
 
 def test_claimed_mechanism_is_in_the_sass(compiled):
     step, report = compiled
+    assert step.info.sass_present, f"{step.id} claims no mechanism in its SASS"
     for name in step.info.sass_present:
         assert report.sass.mechanisms.get(name, 0) > 0, f"{step.id}: no {name} in its SASS"
     for name in step.info.sass_absent:
@@ -90,7 +91,7 @@ def test_fake_tensor_compile_matches_a_real_call_signature(tmp_path):
     import torch
     from cutlass.cute.runtime import make_fake_stream
 
-    from harness.sass import read_cubin
+    from harness.build.sass import read_cubin
     from ladder import contract
     step = resolve("01")
     t = torch.zeros(2, 256, 3, 128, dtype=torch.bfloat16)
@@ -105,8 +106,8 @@ def test_fake_tensor_compile_matches_a_real_call_signature(tmp_path):
 _COMPILE_IN_STEP = """
 import sys, time
 from pathlib import Path
-from harness.compile import compile_step
-from harness.steps import resolve
+from harness.build.compile import compile_step
+from harness.core.steps import resolve
 from ladder import contract
 
 role, signals = sys.argv[1], Path(sys.argv[2])
@@ -122,37 +123,67 @@ def wait_for(name, seconds=120):
 compile_host = contract.compile_host
 
 def interleaved(*args, **kwargs):
-    if role == "b":                      # A has compiled and not yet read its output
-        signal("b-entered")
-        wait_for("a-done")
+    if role == "b":
+        signal("b-compiled")             # must not happen: A's compile is B's too
     out = compile_host(*args, **kwargs)
-    if role == "a":                      # let B start its compile of the same step now
-        signal("a-compiled")
-        wait_for("b-entered")
+    if role == "a":                      # B asks for the same step while A is still compiling
+        signal("a-compiling")
+        wait_for("b-asking")
+        time.sleep(1.0)                  # B is at the lock by now
     return out
 
 contract.compile_host = interleaved
 if role == "b":
-    wait_for("a-compiled")
+    wait_for("a-compiling")
+    signal("b-asking")
 report = compile_step(resolve("b05"), "sm_100a")
-signal(role + "-done")
-print(report.sass.mechanisms["UTCHMMA"], report.threads_per_cta)
+print(report.sass.mechanisms["UTCHMMA"], report.threads_per_cta, report.cubin.parent.name)
 """
 
 
-def test_two_processes_compiling_the_same_step_at_once_both_succeed(tmp_path):
-    """Two pytest runs (or ``pytest -n``) compile the same step at the same time. Forced into the
-    order that hurts: A compiles; B starts compiling the same step; only then does A read what it
-    compiled. Each compile has its own directory, published with one rename, so both succeed
-    (sharing one directory, B's start would delete A's output before A reads it)."""
+def test_a_process_asking_for_a_step_another_is_compiling_waits_and_reads_its_compile(tmp_path):
+    """Two pytest workers need the same step at once. Forced into that order: A is compiling b05;
+    B asks for b05 meanwhile. B waits on the compile's lock, then reads A's published directory; it
+    never compiles (no CPU spent twice) and never reads a half-written directory."""
+    env = {**child_env(), "LADDER_BUILD": str(tmp_path / "build")}        # nothing published yet
     procs = {role: subprocess.Popen([sys.executable, "-c", _COMPILE_IN_STEP, role, str(tmp_path)], cwd=ROOT,
-                                    env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for role in ("a", "b")}
     outs = {role: p.communicate(timeout=600) for role, p in procs.items()}
     for role, p in procs.items():
         assert p.returncode == 0, f"{role}: {outs[role][1][-3000:]}"
     assert outs["a"][0] == outs["b"][0] and outs["a"][0].split()[1] == str(resolve("b05").info.threads)
-    assert (tmp_path / "b-entered").exists()           # the interleaving happened
+    assert (tmp_path / "b-asking").exists()              # B asked while A compiled
+    assert not (tmp_path / "b-compiled").exists()        # and did not compile it again
+
+
+_REUSE = """
+import sys
+from harness.build.compile import compile_step
+from harness.core import toolchain
+from harness.core.steps import resolve
+from ladder import contract
+if sys.argv[1] == "reuse":
+    def refuse(*args, **kwargs):
+        raise AssertionError("compiled again: the published directory was not reused")
+    contract.compile_host = refuse
+report = compile_step(resolve("01"), "sm_90a")
+assert report.sass.ptxas.startswith(toolchain.ptxas_version() + "."), (report.sass.ptxas, toolchain.ptxas_version())
+print(report.cubin.parent.name, report.compile_seconds, sorted(report.sass.opcodes.items()))
+"""
+
+
+def test_a_later_process_reads_a_published_compile_instead_of_compiling(tmp_path):
+    """One compile per step per build directory: a second process (another pytest worker, the next
+    run) finds the first one's directory and reads it, with the first compile's time and the ptxas
+    stamp of its cubin."""
+    env = {**child_env(), "LADDER_BUILD": str(tmp_path / "build")}
+    outs = [subprocess.run([sys.executable, "-c", _REUSE, mode], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=600) for mode in ("compile", "reuse")]
+    for out in outs:
+        assert out.returncode == 0, out.stderr[-3000:]
+    assert outs[0].stdout == outs[1].stdout
+    assert len([d for d in (tmp_path / "build" / "compile").iterdir() if not d.name.startswith(".")]) == 1
 
 
 def test_a_variant_named_like_a_ladder_step_gets_its_own_compile(tmp_path):

@@ -58,7 +58,7 @@ def test_non_contiguous_but_aligned_strides_pass_the_layout_checks():
 def test_a_two_cta_step_needs_whole_clusters_of_query_rows():
     """b13 on: a cluster of two CTAs covers 2 x tile_m rows; a seqlen that fills one CTA but not a
     pair is refused, naming the cluster's rows."""
-    from harness.workloads import rows_per_cluster
+    from harness.core.workloads import rows_per_cluster
     pairs = [s for s in STEPS if s.info.extra.get("cta_group", 1) > 1]
     assert pairs, "no 2-CTA step"
     for step in pairs:

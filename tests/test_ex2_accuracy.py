@@ -1,6 +1,6 @@
 """b11's FMA-pipe exponential (``ex2_emulated_pair``): its constants and arithmetic checked in float32
-on the CPU against float64 2^x (harness/ex2_model.py, constants read from the b11 module), shown
-able to fail; the element-wise kernel that measures it on a GPU (harness/ex2_accuracy.py) compiled
+on the CPU against float64 2^x (harness/model/ex2_model.py, constants read from the b11 module), shown
+able to fail; the element-wise kernel that measures it on a GPU (harness/gpu/ex2_accuracy.py) compiled
 here for sm_90a (scalar path) and sm_100a (packed path), its SASS all FMA pipe and no MUFU.EX2;
 and, on an sm_90 or sm_100 GPU, the measurement itself.
 
@@ -14,9 +14,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from harness import ex2_accuracy, ex2_model
-from harness.ex2_model import BF16_ROUNDING, errors, fma_f32
-from harness.steps import resolve
+from harness.core.steps import resolve
+from harness.gpu import ex2_accuracy
+from harness.model import ex2_model
+from harness.model.ex2_model import BF16_ROUNDING, errors, fma_f32
 
 FIT_BOUND = 2.0 ** -13
 STEP = resolve(ex2_accuracy.DEFAULT_STEP)

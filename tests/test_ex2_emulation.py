@@ -2,7 +2,7 @@
 on the CPU: clamp at -127, floor by adding 1.5 * 2^23 with round-down, the fraction, a degree-3
 polynomial for 2^frac, and the floor added into the exponent bits. The constants are read from
 the experiment's own text, so this is the arithmetic the kernel runs; the float32 operations are
-harness/ex2_model.py's, shared with b11's check (tests/test_ex2_accuracy.py).
+harness/model/ex2_model.py's, shared with b11's check (tests/test_ex2_accuracy.py).
 
 Bound: P is rounded to bf16 before P V, a relative error of up to 2^-9; the emulation must stay
 well inside it wherever 2^x is a normal float (x >= -126). Below that the kernel's result is a
@@ -14,8 +14,8 @@ import ast
 import numpy as np
 import pytest
 
-from harness import experiments
-from harness.ex2_model import BF16_ROUNDING, errors, ex2_fma_pipe
+from harness.core import experiments
+from harness.model.ex2_model import BF16_ROUNDING, errors, ex2_fma_pipe
 
 
 def _constants():
@@ -37,7 +37,7 @@ def _clamp():
 
 
 def ex2_on_fma_pipe(x: np.ndarray, poly=None, round_down: bool = True) -> np.ndarray:
-    """The experiment's ``_ex2_on_fma_pipe`` in float32, operation by operation (harness/ex2_model.py;
+    """The experiment's ``_ex2_on_fma_pipe`` in float32, operation by operation (harness/model/ex2_model.py;
     ``poly`` and ``round_down`` exist to break it on purpose)."""
     fitted, magic = _constants()
     return ex2_fma_pipe(x, fitted if poly is None else poly, magic, _clamp(), round_down=round_down)

@@ -1,14 +1,15 @@
-"""What-if experiments (harness/experiments.py): every one still applies to its base step and
+"""What-if experiments (harness/core/experiments.py): every one still applies to its base step and
 compiles; recording and the generated block keep them apart from the ladder's rows."""
 
 import pytest
 
-from harness import experiments, generate, results
-from harness.compile import compile_step
-from harness.steps import resolve
+from harness.build.compile import compile_step
+from harness.core import experiments, results
+from harness.core.steps import resolve
+from harness.report import blocks_measured
 
 PROV = {"gpu": "NVIDIA H200", "capability": [9, 0], "date": "2026-01-01T00:00:00Z", "command": "ladder table --steps exp:x",
-        "torch": "t", "cutlass_dsl": "4.8.1", "flash_attn_4": "f"}
+        "torch": "t", "cutlass_dsl": "4.8.1", "ptxas": "13.4", "flash_attn_4": "f"}
 
 
 def _row(fraction, passed=True, step="h05"):
@@ -44,13 +45,13 @@ def test_an_edit_that_no_longer_applies_fails_loudly():
 def test_experiments_are_recorded_apart_from_the_ladder(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     path = tmp_path / "h200.json"
-    assert "No recorded experiments" in generate.experiments_block("h05")
+    assert "No recorded experiments" in blocks_measured.experiments_block("h05")
     results.record(path, {"h05": _row(0.4)})
     results.record_experiment(path, experiments.get("h05-loads-free"),
                               _row(0.5, passed=False, step="exp:h05-loads-free"))
     data = results.load(path)
     assert set(data["rows"]) == {"h05"} and set(data["experiments"]) == {"h05-loads-free"}
-    block = generate.experiments_block("h05")
+    block = blocks_measured.experiments_block("h05")
     assert "exp:h05-loads-free" in block and "0.500" in block and "+25%" in block
     assert "wrong by design" in block
     bad = _row(0.5)

@@ -1,4 +1,4 @@
-"""Stock FlashAttention-4's forward kernel compiled on the CPU (harness/fa4_sass.py): the
+"""Stock FlashAttention-4's forward kernel compiled on the CPU (harness/build/fa4_sass.py): the
 configuration flash_attn_func picks for the ladder's workload, its SASS mechanisms, and the
 softmax budget of its K/V loop. Each arch builds once (~10 s in a child process) and is cached
 under build/fa4/."""
@@ -6,8 +6,8 @@ under build/fa4/."""
 import pytest
 from test_softmax_budget import SYNTHETIC
 
-from harness import fa4_sass
-from harness import softmax_budget as sb
+from harness.build import fa4_sass
+from harness.build import softmax_budget as sb
 
 SMEM_LIMIT = 227 * 1024        # the most dynamic shared memory a CTA may have on sm_90 and sm_100
 
@@ -100,6 +100,21 @@ def test_sm100a_build(fa4):
     assert b.ex2_emulated_per_tile == 24                                  # 2-CTA: ex2_emu_freq 10
 
 
+@pytest.mark.parametrize("arch,label", [
+    ("sm_90a", "sm90, 1-CTA, 128x128 tile, 384 threads, P from registers, intra-warpgroup overlap"),
+    ("sm_100a", "sm100, 2-CTA, 2 x 128x128 Q tiles per CTA, static persistent")])
+def test_the_fa4_configuration_a_gpu_run_records_is_the_one_built_here(fa4, arch, label):
+    """``reference.stock.fa4_config`` reads the compile key FA4 looks up for a call; on fake tensors
+    (the build's interface check) it names the kernel this module builds, so a B200 table says which
+    FA4 it was compared against."""
+    from reference.stock import fa4_config_label
+    b = fa4.compile_fa4(arch)
+    c = b.fa4_config
+    assert c["arch"] == int(arch[3:-1]) and (c["tile_m"], c["tile_n"]) == (b.m_block_size, b.tile_n)
+    assert c.get("use_2cta_instrs", False) == b.two_cta and c.get("q_stage", 1) == b.q_stage
+    assert fa4_config_label(c) == label
+
+
 def test_a_cached_build_loads_the_same(fa4):
     b = fa4.compile_fa4("sm_100a")
     fa4._memo.clear()
@@ -135,19 +150,20 @@ def _ex2_between_the_waits(sass_text: str) -> tuple[int, int]:
 
 
 def test_h12_and_fa4_run_most_exponentials_after_the_p_v_wait(fa4):
-    """What h12's writeup says the compiler does: in both kernels ptxas keeps only a few of the
-    softmax's exponentials between wait_group(1) and wait_group(0); most come after P V is done."""
-    from harness.compile import compile_step
-    from harness.steps import resolve
+    """What h12's writeup says the compiler does: in both kernels ptxas keeps at most a few of the
+    softmax's exponentials between wait_group(1) and wait_group(0) (ptxas 13.4: none of h12's 66,
+    10 of FA4's 66); most come after P V is done."""
+    from harness.build.compile import compile_step
+    from harness.core.steps import resolve
     for name, text in (("h12", compile_step(resolve("h12"), "sm_90a").sass.text),
                        ("FA4", fa4.compile_fa4("sm_90a").sass.text)):
         between, after = _ex2_between_the_waits(text)
-        assert 0 < between < after / 4, (name, between, after)
+        assert after > 0 and between < after / 4, (name, between, after)
 
 
 def _sass(name: str) -> str:
-    from harness.compile import compile_step
-    from harness.steps import resolve
+    from harness.build.compile import compile_step
+    from harness.core.steps import resolve
     return compile_step(resolve(name), "sm_90a").sass.text
 
 
@@ -165,13 +181,13 @@ def test_a_row_sum_store_pins_every_exponential_before_the_p_v_wait():
     assert (between, after) == (64 + 2, 0)        # 64 scores + 2 rows' rescale factors per thread
 
 
-def test_h14_leaves_a_row_max_shuffle_after_the_wait_and_the_max_pin_moves_it_back():
-    """h14's writeup: ptxas schedules h14's loop with part of one row's max reduction (its SHFL)
-    after wait_group(0), where h13 has both rows' shuffles before it; a store of the row maxima
-    (exp:h14-pinned-max) restores h13's order."""
-    assert _between_the_waits(_sass("h13"), "SHFL") == 4       # 2 rows x 2 butterfly steps
-    assert _between_the_waits(_sass("h14"), "SHFL") < 4
-    assert _between_the_waits(_sass("exp:h14-pinned-max"), "SHFL") == 4
+def test_h13_and_h14_leave_a_row_max_shuffle_after_the_wait_and_the_max_pin_moves_it_back():
+    """h14's writeup: ptxas 13.4 schedules h13's and h14's loops alike, with one row's max reduction
+    (its two SHFL) after wait_group(0) and the other's before it; a store of the row maxima
+    (exp:h14-pinned-max) keeps both rows' shuffles ahead of the wait."""
+    h13, h14 = _between_the_waits(_sass("h13"), "SHFL"), _between_the_waits(_sass("h14"), "SHFL")
+    assert h13 == h14 == 2
+    assert _between_the_waits(_sass("exp:h14-pinned-max"), "SHFL") == 4       # 2 rows x 2 butterfly steps
 
 
 def test_fa4_builds_its_wgmma_descriptors_in_uniform_registers_and_h14_does_not(fa4):

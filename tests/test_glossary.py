@@ -126,7 +126,11 @@ def test_first_use_of_each_term_links_to_the_glossary(path):
 @pytest.mark.parametrize("path", WRITEUPS, ids=lambda p: str(p.relative_to(ROOT / "writeups")))
 def test_every_glossary_link_resolves(path):
     anchors = set(glossary_anchors())
-    for url in GLOSSARY_LINK.findall(path.read_text()):
+    text = path.read_text()
+    links = GLOSSARY_LINK.findall(text)
+    # each term's first use links to the glossary (the test above): at least one link per term used
+    assert len(links) >= len({anchor for _, anchor, _, _ in uses(text)}), f"{path.relative_to(ROOT)}: {links}"
+    for url in links:
         target, _, anchor = url.partition("#")
         assert (path.parent / target).resolve() == GLOSSARY, f"{path.relative_to(ROOT)}: {url} is not the glossary"
         assert anchor in anchors, f"{path.relative_to(ROOT)}: {url} names no anchor of the glossary"

@@ -5,7 +5,7 @@ exactly (10, 0)). Timing lives in the harness (`ladder table`), not here."""
 import pytest
 from conftest import STEPS, require_gpu_for, step_id
 
-from harness import workloads
+from harness.core import workloads
 
 pytestmark = pytest.mark.gpu
 
@@ -64,7 +64,7 @@ def test_fraction_of_fa4_is_measured_side_by_side(step, capability):
     numerics: the harness yields a fraction of FA4. Its value is the table's business (recorded
     with provenance), not a pass/fail threshold in a unit test."""
     require_gpu_for(step, capability)
-    from harness.measure import measure_step
+    from harness.gpu.measure import measure_step
     from reference.stock import fa4_available
     missing = fa4_available()
     if missing:

@@ -11,9 +11,11 @@ import pytest
 from conftest import STEPS, step_id
 
 from harness import cli
-from harness.compile import compile_step
-from harness.isolate import ChildResult
-from harness.steps import resolve
+from harness.build.compile import compile_step
+from harness.cli import common as cli_common
+from harness.cli import measure as cli_measure
+from harness.core.steps import resolve
+from harness.gpu.isolate import ChildResult
 from ladder import contract
 
 BLACKWELL = [s for s in STEPS if s.track == "blackwell"]
@@ -46,7 +48,7 @@ def test_the_guard_switch_is_off_unless_turned_on(monkeypatch):
     for sm_100a only, once (cute.compile is replaced: nothing is compiled here)."""
     import cutlass.cute as cute
 
-    from harness.compile import TMEM_GUARD, guard_every_compile
+    from harness.build.compile import TMEM_GUARD, guard_every_compile
     seen = []
     monkeypatch.setattr(cute, "compile", lambda host, *args, options: seen.append(options))
     monkeypatch.setattr(contract, "compile_host", contract.compile_host)   # restored after the test
@@ -63,7 +65,7 @@ def _run(capsys, *argv):
     return code, capsys.readouterr().out
 
 
-@pytest.mark.skipif(cli._gpu()[0] is not None, reason="CPU-machine behaviour")
+@pytest.mark.skipif(cli_common.gpu()[0] is not None, reason="CPU-machine behaviour")
 def test_selfcheck_guard_on_a_cpu_compiles_and_says_nothing_ran(capsys):
     code, out = _run(capsys, "selfcheck", "--guard", "--steps", "b02,h02")
     assert code == 2
@@ -80,10 +82,10 @@ def test_a_hang_names_the_barriers_each_role_waits_on(capsys, monkeypatch):
         seen.update(job=job, timeout=timeout)
         return ChildResult("timeout", None, timeout, "")
 
-    monkeypatch.setattr(cli, "_gpu", lambda: ((10, 0), "NVIDIA B200 (fake)"))
-    monkeypatch.setattr(cli, "_measure", fake_measure)
+    monkeypatch.setattr(cli_common, "gpu", lambda: ((10, 0), "NVIDIA B200 (fake)"))
+    monkeypatch.setattr(cli_measure, "_measure", fake_measure)
     code, out = _run(capsys, "selfcheck", "--guard", "--steps", "b08")
-    assert code == 1 and seen == {"job": "selfcheck-guard", "timeout": cli.GUARD_TIMEOUT}
+    assert code == 1 and seen == {"job": "selfcheck-guard", "timeout": cli_measure.GUARD_TIMEOUT}
     assert "did not finish: a hang" in out
     for expected in ("kv_empty[0..1]", "load warp 9: wait", "mma warp 8: wait", "warps 0-7: arrive",
                      "p_full[0..1] (arrival count 128)"):
@@ -93,8 +95,8 @@ def test_a_hang_names_the_barriers_each_role_waits_on(capsys, monkeypatch):
 def test_a_step_without_a_guarded_build_runs_unguarded_in_selfcheck_guard(monkeypatch):
     """selfcheck --guard's child: b10 declares no_tmem_guard, so the guard switch stays off for it
     (and its payload says so); b08 turns it on. Nothing is compiled: both calls are replaced."""
-    from harness import compile as compile_mod
-    from harness import measure
+    from harness.build import compile as compile_mod
+    from harness.gpu import measure
     turned_on = []
     monkeypatch.setattr(compile_mod, "guard_every_compile", lambda: turned_on.append(True))
     monkeypatch.setattr(measure, "check_numerics", lambda step, cases: [])

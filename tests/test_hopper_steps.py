@@ -4,11 +4,11 @@ import re
 
 import pytest
 
-from harness.compile import compile_step
-from harness.sass import expect_tx_bytes, wgmma_descriptor_layout_types
-from harness.smem_budget import SMEM_PER_CTA_LIMIT, shared_storage_bytes
-from harness.smem_model import store_costs
-from harness.steps import resolve, track_steps
+from harness.build.compile import compile_step
+from harness.build.sass import expect_tx_bytes, wgmma_descriptor_layout_types
+from harness.build.smem_budget import SMEM_PER_CTA_LIMIT, shared_storage_bytes
+from harness.core.steps import resolve, track_steps
+from harness.model.smem_model import store_costs
 
 HOPPER = [s for s in track_steps("hopper") if s.id.startswith("h")]
 SWIZZLE_128B, INTERLEAVE = 1, 0
@@ -163,7 +163,7 @@ def test_h10_computes_each_exponential_with_one_ffma_and_one_ex2():
     """The library exp's range reduction goes: per score element h10's main loop has one MUFU.EX2
     (plus one per row for the rescale), about one FFMA (the folded scale), and less than half of
     h09's instructions."""
-    from harness.softmax_budget import budget
+    from harness.build.softmax_budget import budget
     h09, h10 = budget(resolve("h09"), "sm_90a"), budget(resolve("h10"), "sm_90a")
     assert not h10["ambiguous"] and not h09["ambiguous"]
     assert h10["counts"]["MUFU.EX2"] == h10["elements_per_thread"] + h10["rows_per_thread"]
@@ -174,9 +174,9 @@ def test_h10_computes_each_exponential_with_one_ffma_and_one_ex2():
 def test_h11_loads_k_and_v_on_their_own_barriers():
     """Four barrier families (k_full, k_empty, v_full, v_empty), each expect-tx one tile (a K or a V,
     never the pair), and K_{j+1}'s copy issued before V_j's in the producer loop."""
-    from harness import protocol
+    from harness.model import protocol_source
     m = resolve("h11").module
-    proto = protocol.extract(m, 3)
+    proto = protocol_source.extract(m, 3)
     assert {b.name for b in proto.counts} == {"q_full", "k_full", "k_empty", "v_full", "v_empty"}
     tile = 2 * m.TILE_N * m.HEAD_DIM
     counts = expect_tx_bytes(compile_step(resolve("h11"), "sm_90a").ptx.read_text())
@@ -258,12 +258,12 @@ def test_h14_is_persistent():
     """One CTA per SM of the H200 (units.py's count), the grid read back in the kernel (%nctaid.x),
     and per CTA a loop over work tiles: the protocol model walks Q's load, the K/V tiles and the
     O store once per work tile, and sQ's empty barrier hands it from one tile's O to the next Q."""
-    from harness import protocol, units
+    from harness.model import protocol_source, units
     m = resolve("h14").module
     assert m.SM_COUNT == units.gpu("h200").sms
     assert "%nctaid.x" in compile_step(resolve("h14"), "sm_90a").ptx.read_text()
     for tiles in (1, 3):
-        proto = protocol.extract(m, 2, n_tiles=tiles)
+        proto = protocol_source.extract(m, 2, n_tiles=tiles)
         q_loads = [op for op in proto.warps[0] if op.kind == "copy" and op.bar.name == "q_full"]
         q_free = [op for op in proto.warps[0] if op.kind == "wait" and op.bar.name == "q_empty"]
         stores_done = [op for op in proto.warps[m.STORE_WARP] if op.kind == "arrive" and op.bar.name == "q_empty"]
@@ -275,7 +275,7 @@ def test_a_numerics_case_gives_h14_several_tiles_per_cta_with_an_odd_kv_tile_cou
     """The GPU numerics (tests/test_gpu.py, `ladder table`) reach h14's multi-tile path where the
     ring wraps differently in each work tile: more work tiles than CTAs, not a multiple of them,
     and an odd number of K/V tiles."""
-    from harness.workloads import NUMERICS_CASES
+    from harness.core.workloads import NUMERICS_CASES
     h14 = resolve("h14")
     mod, info = h14.module, h14.info
 

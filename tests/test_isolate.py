@@ -2,7 +2,7 @@
 
 import time
 
-from harness.isolate import run_job
+from harness.gpu.isolate import run_job
 
 
 def test_hang_becomes_timeout_quickly():

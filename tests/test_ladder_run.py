@@ -1,4 +1,4 @@
-"""``ladder table`` on a GPU, decided by harness.ladder_run and run here on a stand-in child
+"""``ladder table`` on a GPU, decided by harness.gpu.ladder_run and run here on a stand-in child
 (tests/child_stub.py) that returns measured-looking rows: what is filed where, when the table
 fails, and what a first run on a GPU with no baseline does."""
 
@@ -8,9 +8,12 @@ import shutil
 
 import pytest
 
-from harness import cli, ladder_run, results
-from harness.isolate import run_job
-from harness.steps import resolve
+from harness import cli
+from harness.cli import common as cli_common
+from harness.core import results
+from harness.core.steps import resolve
+from harness.gpu import ladder_run
+from harness.gpu.isolate import run_job
 
 STUB = functools.partial(run_job, module="tests.child_stub")
 
@@ -75,7 +78,7 @@ def test_no_baseline_for_this_gpu_is_said_and_the_table_stands(tmp_path, told, m
 
 def test_the_cli_prints_and_writes_markdown_from_the_same_run(tmp_path, told, monkeypatch, capsys):
     """The GPU branch of ``ladder table`` as a GPU runner calls it (gpu-ladder.yml)."""
-    monkeypatch.setattr(cli, "_gpu", lambda: ((9, 0), "NVIDIA H200"))
+    monkeypatch.setattr(cli_common, "gpu", lambda: ((9, 0), "NVIDIA H200"))
     monkeypatch.setattr(ladder_run, "run_job", STUB)
     told(**{"01": 0.06, "h02": 0.19})
     summary, rows = tmp_path / "summary.md", tmp_path / "rows.json"
@@ -95,7 +98,7 @@ def test_repeat_must_be_positive():
 
 def test_recording_a_variant_is_refused_before_anything_runs(tmp_path, capsys, monkeypatch):
     """On any machine, GPU or not: the refusal comes before the GPU check, compile or child."""
-    monkeypatch.setattr(cli, "_gpu", lambda: pytest.fail("looked for a GPU before refusing"))
+    monkeypatch.setattr(cli_common, "gpu", lambda: pytest.fail("looked for a GPU before refusing"))
     copy = tmp_path / "my_01.py"
     shutil.copy(resolve("01").path, copy)
     code = cli.main(["run", str(copy), "--record", str(tmp_path / "x.json")])
@@ -105,7 +108,7 @@ def test_recording_a_variant_is_refused_before_anything_runs(tmp_path, capsys, m
 
 def test_a_variant_named_like_a_step_does_not_bring_that_step_along(tmp_path, told, monkeypatch, capsys):
     """A copy of h02 saved as h03.py is measured as itself: step h03 is neither run nor recorded."""
-    monkeypatch.setattr(cli, "_gpu", lambda: ((9, 0), "NVIDIA H200"))
+    monkeypatch.setattr(cli_common, "gpu", lambda: ((9, 0), "NVIDIA H200"))
     monkeypatch.setattr(ladder_run, "run_job", STUB)
     copy = tmp_path / "h03.py"
     shutil.copy(resolve("h02").path, copy)
@@ -137,7 +140,7 @@ def test_a_broken_baseline_fails_before_anything_is_measured(tmp_path):
 
 def test_ladder_run_of_a_diagnostic_experiment_records_it_and_passes(tmp_path, told, monkeypatch, capsys):
     """Wrong answers by design are the point of a diagnostic experiment: `run` agrees with `table`."""
-    monkeypatch.setattr(cli, "_gpu", lambda: ((9, 0), "NVIDIA H200"))
+    monkeypatch.setattr(cli_common, "gpu", lambda: ((9, 0), "NVIDIA H200"))
     monkeypatch.setattr(ladder_run, "run_job", STUB)
     told(**{"exp:h05-loads-free": "fail-numerics"})
     path = tmp_path / "h200.json"

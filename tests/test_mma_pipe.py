@@ -1,11 +1,11 @@
-"""The MMA-pipe hazard model (harness/mma_pipe.py): every tcgen05.mma pair of a Blackwell step that
+"""The MMA-pipe hazard model (harness/model/mma_pipe.py): every tcgen05.mma pair of a Blackwell step that
 relies on issue order across accumulators is a documented one, and the model does catch new ones."""
 
 import pytest
 from conftest import STEPS, step_id
 
-from harness import mma_pipe
-from harness.mma_pipe import Barrier, Commit, Mma, Wait
+from harness.model import mma_pipe
+from harness.model.mma_pipe import Barrier, Commit, Mma, Wait
 
 BLACKWELL = [s for s in STEPS if s.track == "blackwell"]
 TMEM_MAP = {"S0": (0, 128), "S1": (128, 128), "O0": (256, 128), "O1": (384, 128)}

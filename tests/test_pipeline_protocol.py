@@ -1,12 +1,12 @@
 """The warp-specialized steps' mbarrier bookkeeping, replayed on the CPU against a model of the
-mbarriers (harness/pipeline_model.py) under many random schedules: no deadlock, no read of the
+mbarriers (harness/model/pipeline_model.py) under many random schedules: no deadlock, no read of the
 wrong tile, no copy into a stage that is still being read. The kernels call the same
 ``ring_position`` the model replays."""
 
 import pytest
 
-from harness.pipeline_model import ProtocolError, replay, replay_many
-from harness.steps import discover
+from harness.core.steps import discover
+from harness.model.pipeline_model import ProtocolError, replay, replay_many
 
 PIPELINED = [s for s in discover() if hasattr(s.module, "ring_position")]
 

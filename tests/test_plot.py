@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from harness import plot, results
-from harness.steps import resolve
+from harness.core import results
+from harness.core.steps import resolve
+from harness.report import plot
 
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 needs_mpl = pytest.mark.skipif(not HAS_MPL, reason="matplotlib is not installed (the `plot` extra: pip install -e '.[plot]')")
@@ -16,7 +17,7 @@ needs_mpl = pytest.mark.skipif(not HAS_MPL, reason="matplotlib is not installed 
 
 def row(step_id, gpu, capability, fraction, fingerprint=None):
     prov = {"gpu": gpu, "capability": capability, "date": "2026-01-01T00:00:00Z", "command": "ladder table",
-            "torch": "t", "cutlass_dsl": "4.8.1", "flash_attn_4": "f", "driver": "d"}
+            "torch": "t", "cutlass_dsl": "4.8.1", "ptxas": "13.4", "flash_attn_4": "f", "driver": "d"}
     bench = [{"seqlen": s, "fraction": fraction, "step_tflops": 1.0, "fa4_tflops": 2.0} for s in (4096, 8192, 16384)]
     return {"provenance": prov, "numerics": [{"passed": True}], "bench": bench,
             "fingerprint": fingerprint or resolve(step_id).fingerprint}
@@ -138,8 +139,9 @@ def test_ladder_plot_writes_and_prints_the_paths(recorded, tmp_path, capsys):
 
 
 def test_writeups_check_reports_a_stale_plot(monkeypatch, capsys):
-    from harness import cli, generate
-    monkeypatch.setattr(generate, "stale", lambda: [])
+    from harness import cli
+    from harness.report import writeups
+    monkeypatch.setattr(writeups, "stale", lambda: [])
     monkeypatch.setattr(plot, "plot_data", lambda: {"lines": [], "stock": [], "unmeasured": {}, "axis": []})
     assert cli.main(["writeups", "--check"]) == 1
     assert "stale plot" in capsys.readouterr().out
@@ -149,8 +151,9 @@ def test_writeups_check_reports_a_stale_plot(monkeypatch, capsys):
 
 @needs_mpl
 def test_writeups_redraws_the_plot_only_when_its_data_changed(recorded, tmp_path, monkeypatch, capsys):
-    from harness import cli, generate
-    monkeypatch.setattr(generate, "documents", lambda: [])
+    from harness import cli
+    from harness.report import writeups
+    monkeypatch.setattr(writeups, "documents", lambda: [])
     monkeypatch.setattr(plot, "IMG", tmp_path / "img")
     assert cli.main(["writeups"]) == 0
     assert "redrew" in capsys.readouterr().out and not plot.stale()

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from harness.workloads import make_qkv
+from harness.core.workloads import make_qkv
 from reference.numerics import check_output, fa4_bound
 from reference.torch_attention import attention_online, attention_online_mirror, attention_ref
 

@@ -6,12 +6,13 @@ from importlib.metadata import version
 
 import pytest
 
-from harness import generate, results
-from harness.paths import ROOT
-from harness.steps import code_sha256, discover, resolve
+from harness.core import results
+from harness.core.paths import ROOT
+from harness.core.steps import code_sha256, discover, resolve
+from harness.report import blocks_measured, tables
 
 PROV = {"gpu": "NVIDIA H200", "capability": [9, 0], "date": "2026-11-29T00:00:00Z", "command": "ladder table", "torch": "2.11",
-        "cutlass_dsl": "4.8.1", "flash_attn_4": "4.0.0b36"}
+        "cutlass_dsl": "4.8.1", "ptxas": "13.4", "flash_attn_4": "4.0.0b36"}
 
 
 def row(fractions, passed=True):
@@ -60,12 +61,56 @@ def test_committed_results_carry_provenance_and_pass(gpu):
     """Every committed row names its GPU, versions, date and command, and passed numerics."""
     data = results.all_recorded()[gpu]
     known = {s.id for s in discover()}
+    assert data["rows"], f"results/{gpu}.json has no measured rows"
     for step_id, r in data["rows"].items():
         assert step_id in known
         for key in ("gpu", "driver", "torch", "cutlass_dsl", "flash_attn_4", "date", "command"):
             assert r["provenance"].get(key), f"{gpu}/{step_id}: no {key}"
         assert r["numerics_passed"] and len(r["bench"]) == 3
         assert results.gpu_key(r["provenance"]["gpu"]) == gpu
+
+
+@pytest.mark.parametrize("gpu", sorted(results.all_recorded()))
+def test_recorded_results_were_built_by_the_ptxas_major_version_this_machine_builds_with(gpu):
+    """One toolchain: the SASS tables, budgets and models computed here describe the kernels a GPU
+    timed only if the same ptxas built both. Every record carries the ptxas its process compiled with."""
+    from harness.core import toolchain
+    data = results.all_recorded()[gpu]
+    assert results.provenances(data), f"results/{gpu}.json has no records"
+    wrong = results.ptxas_mismatches(data, toolchain.ptxas_version())
+    assert not wrong, (f"results/{gpu}.json: records built by another ptxas than this machine's "
+                       f"{toolchain.ptxas_version()}: { {v: w[:3] for v, w in wrong.items()} }")
+
+
+def recorded_machine_code() -> list[tuple[str, str, dict]]:
+    """(gpu, "<step> <arch>", entry) for each build a GPU machine recorded with ``ladder toolchain --record``."""
+    return [(gpu, key, entry) for gpu, data in sorted(results.all_recorded().items())
+            for key, entry in sorted(data.get("toolchain", {}).get("machine_code", {}).items())]
+
+
+def test_a_gpu_machine_recorded_the_machine_code_it_builds():
+    assert recorded_machine_code(), "no results file holds `ladder toolchain --record` builds"
+
+
+@pytest.mark.parametrize("gpu,build,entry", recorded_machine_code(), ids=lambda v: v if isinstance(v, str) else "")
+def test_the_gpu_machine_builds_the_same_machine_code_as_this_one(gpu, build, entry):
+    """The CPU's SASS tables describe the kernels the GPU ran: for each step version the GPU machine
+    compiled (``ladder toolchain --record``), this machine's compiler makes the same instructions, byte
+    for byte (digest of the cubin's .text sections). A step changed since then is not compared."""
+    from harness.build.compile import compile_step
+    step_id, arch = build.split()
+    step = resolve(step_id)
+    if entry["fingerprint"] != step.fingerprint:
+        pytest.skip(f"{step_id} changed since results/{gpu}.json recorded its build")
+    assert compile_step(step, arch).machine_code == entry["machine_code"], (
+        f"{build}: this machine's ptxas makes other code than the {gpu} machine's ({entry['ptxas']})")
+
+
+def test_the_ptxas_check_fails_on_a_record_of_another_major_version_or_none():
+    data = {"rows": {"h02": {"provenance": {**PROV, "ptxas": "12.9"}}, "h03": {"provenance": PROV}},
+            "stock": {"provenance": {"gpu": "NVIDIA H200"}}}
+    assert results.ptxas_mismatches(data, "13.4") == {"12.9": ["rows/h02"], "not recorded": ["stock"]}
+    assert results.ptxas_mismatches(data, "12.9") == {"13.4": ["rows/h03"], "not recorded": ["stock"]}
 
 
 def test_runs_of_several_processes_keep_each_fraction_and_show_median_and_range():
@@ -111,6 +156,7 @@ def test_every_committed_row_is_shown_as_current_only_if_it_measured_this_kernel
     changed."""
     readme = (ROOT / "README.md").read_text()
     data = results.all_recorded()[gpu]
+    assert data["rows"], f"results/{gpu}.json has no measured rows"
     for step_id, r in data["rows"].items():
         step = resolve(step_id)
         fp = r["fingerprint"]
@@ -118,12 +164,14 @@ def test_every_committed_row_is_shown_as_current_only_if_it_measured_this_kernel
         current = (fp["step"] == code_sha256(step.path.read_text())
                    and fp["contract"] == code_sha256((ROOT / "ladder" / "contract.py").read_text())
                    and fp["cutlass_dsl"] == version("nvidia-cutlass-dsl"))
-        for track in [t for t in step.tracks if gpu in generate._files_for(t)]:
-            block = generate._gpu_table(track, data)
+        tracks = [t for t in step.tracks if gpu in results.track_files(t)]
+        assert tracks, f"{gpu} {step_id}: in no README table"
+        for track in tracks:
+            block = blocks_measured._gpu_table(track, data)
             assert block in readme, f"{gpu}: the README's {track} table is not this file's"
             line = next(line for line in block.splitlines() if line.startswith(f"| [{step_id}]("))
             cells = [c.strip() for c in line.split("|")[1:-1]]
             if current:
                 assert cells[5].split()[0] == f"{results.summarize(r)['hmean']:.3f}", f"{gpu} {step_id}: {line}"
             else:
-                assert cells[2].startswith(generate.STALE), f"{gpu} {step_id}: measured another kernel: {line}"
+                assert cells[2].startswith(tables.STALE), f"{gpu} {step_id}: measured another kernel: {line}"

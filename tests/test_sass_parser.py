@@ -2,7 +2,7 @@
 
 from collections import Counter
 
-from harness.sass import _INSTR_RE, mechanism_counts, target_arch
+from harness.build.sass import _INSTR_RE, mechanism_counts, target_arch
 
 SAMPLE = """
         /*0100*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
@@ -55,7 +55,7 @@ def test_a_tmem_a_operand_tcgen05_mma_is_told_apart_by_its_operands():
 
 
 def test_umma_descriptors_and_tmem_allocation_from_ptx():
-    from harness.sass import tmem_alloc_columns, umma_a_from_tmem, umma_descriptors
+    from harness.build.sass import tmem_alloc_columns, umma_a_from_tmem, umma_descriptors
     # K-major, no swizzle: LBO 2048 B, SBO 128 B, version 1; then a 128B-swizzled one (type 2)
     none_k = (1 << 46) | ((128 >> 4) << 32) | ((2048 >> 4) << 16)
     sw128 = (2 << 61) | (1 << 46) | ((1024 >> 4) << 32) | (1 << 16)
@@ -76,7 +76,7 @@ def test_umma_descriptors_and_tmem_allocation_from_ptx():
 
 
 def test_tmem_operand_addresses_tell_a_based_address_from_a_bare_immediate():
-    from harness.sass import umma_tmem_addresses
+    from harness.build.sass import umma_tmem_addresses
     ptx = """
 	ld.shared.b32 	%r14, [%r1+131096];
 	add.s32 	%r17, %r14, 384;
@@ -88,3 +88,27 @@ def test_tmem_operand_addresses_tell_a_based_address_from_a_bare_immediate():
 """
     assert umma_tmem_addresses(ptx) == [("D", "%r14", 384), ("A", "%r14", 168), ("D", "%r14", 384),
                                         ("A", None, 168), ("D", "%r14", 0)]
+
+
+def test_the_machine_code_digest_reads_only_the_text_sections():
+    """The digest covers the kernels' instructions and nothing else of the cubin: one byte changed in
+    a .text section changes it, one changed in another section (.nv.info: attributes) does not."""
+    import struct
+
+    from harness.build.compile import compile_step
+    from harness.build.sass import machine_code_digest
+    from harness.core.steps import resolve
+    data = bytearray(compile_step(resolve("h08"), "sm_90a").cubin.read_bytes())
+    digest = machine_code_digest(bytes(data))
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names = heads[shstrndx][4]
+
+    def section(prefix):
+        return next(h for h in heads if h[5] > 16 and data[names + h[0]:].startswith(prefix.encode()))
+
+    for prefix, changes in ((".nv.info.", False), (".text.", True)):
+        changed = bytearray(data)
+        changed[section(prefix)[4] + 8] ^= 0xFF
+        assert (machine_code_digest(bytes(changed)) != digest) == changes, prefix

@@ -1,13 +1,14 @@
-"""The smem store model (harness/smem_model.py) against ncu's counters, for every recorded profile
+"""The smem store model (harness/model/smem_model.py) against ncu's counters, for every recorded profile
 that counted store instructions: the model may not stand if it disagrees with the hardware."""
 
 import re
 
 import pytest
 
-from harness import generate, results
-from harness.profile import FA4
-from harness.smem_model import wavefronts
+from harness.core import results
+from harness.gpu.profile import FA4
+from harness.model.smem_model import wavefronts
+from harness.report import blocks_profile
 
 TOLERANCE = 0.15
 
@@ -17,7 +18,7 @@ def _rows():
         # profiles are filed by step id (01, h02) or by experiment name (h04-loads-free); FA4's
         # kernel is not one the model describes
         names = [n if re.fullmatch(r"[hb]?\d\d", n) else f"exp:{n}" for n in data.get("profiles", {}) if n != FA4]
-        for row in generate.store_model_rows(data, names):
+        for row in blocks_profile.store_model_rows(data, names):
             yield pytest.param(row, id=f"{gpu}-{row['name']}")
 
 

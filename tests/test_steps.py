@@ -6,9 +6,10 @@ import re
 import pytest
 from conftest import STEPS, step_id
 
-from harness.paths import ROOT
-from harness.smem_budget import SMEM_PER_CTA_LIMIT
-from harness.steps import code_sha256, predecessor, resolve, track_steps
+from harness.build.smem_budget import SMEM_PER_CTA_LIMIT
+from harness.core.paths import ROOT
+from harness.core.steps import code_sha256, predecessor, resolve, track_steps
+from harness.model import protocol_source
 from ladder.contract import ARCH_CAPABILITY
 
 
@@ -80,6 +81,7 @@ def test_every_barrier_wait_names_its_arrive_and_phase(step):
     """The comment right above each mbarrier wait says what it waits for, which arrive it pairs
     with and which phase (parity) it expects: the first thing to read when a kernel hangs."""
     lines = step.path.read_text().splitlines()
+    checked = 0
     for i, line in enumerate(lines):
         if "mbarrier_wait(" not in line or line.lstrip().startswith("#"):
             continue
@@ -93,6 +95,10 @@ def test_every_barrier_wait_names_its_arrive_and_phase(step):
         assert "wait" in text, f"{where}: no 'wait:' comment above the mbarrier wait"
         assert "parity" in text or "phase" in text, f"{where}: the comment does not name the phase/parity"
         assert "arrive" in text or "expect-tx" in text, f"{where}: the comment does not name the arrive it pairs with"
+        checked += 1
+    # every step with an mbarrier (in the barrier model, harness/model/protocol_source.py) waits on one: 01, h02, h03 have none
+    barriers = protocol_source.extract(step.module, 2).counts
+    assert bool(checked) == bool(barriers), f"{step.id}: {checked} waits checked, barriers {sorted(b.name for b in barriers)}"
 
 
 _KERNEL_SOURCE = '''"""Module docstring."""

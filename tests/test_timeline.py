@@ -9,15 +9,22 @@ import statistics
 import pytest
 from conftest import STEPS, require_gpu_for, step_id
 
-from harness import cli, generate, markers, mma_pipe, protocol, results, timeline, timeline_draw, timeline_sim, units
-from harness.steps import code_sha256, resolve
+from harness import cli
+from harness.core import markers, results
+from harness.core.steps import code_sha256, resolve
+from harness.gpu import timeline_run
+from harness.model import mma_pipe, protocol_source, units
+from harness.model.pipeline_model import ProtocolError
+from harness.report import tables, timeline_draw, writeups
+from harness.timeline import probes, records
+from harness.timeline import simulate as timeline_sim
 
 MARKED = [s for s in STEPS if markers.markers(s.path.read_text())]
 MARKED_IDS = {"h07", "h08", "h09", "h10", "h11", "b07", "b08", "b09", "b10", "b11"}
 
 
 def _names(step):
-    return timeline.phase_names(step.module, step.path.read_text())
+    return probes.phase_names(step.module, step.path.read_text())
 
 
 def test_the_steps_whose_overlap_is_the_lesson_carry_markers():
@@ -29,27 +36,27 @@ def test_the_steps_whose_overlap_is_the_lesson_carry_markers():
 @pytest.mark.parametrize("step", MARKED, ids=step_id)
 def test_markers_pair_up_and_are_comments_only(step):
     source = step.path.read_text()
-    timeline.check_markers(step.module, source)
+    probes.check_markers(step.module, source)
     assert code_sha256(markers.without_markers(source)) == step.code_sha256          # recorded rows never go stale for a marker
-    assert code_sha256(timeline.instrumented_source(step.module, source)) != step.code_sha256
+    assert code_sha256(probes.instrumented_source(step.module, source)) != step.code_sha256
 
 
 def test_broken_markers_are_refused():
     step = resolve("h08")
     source = step.path.read_text()
     with pytest.raises(ValueError, match="want begin, end pairs"):
-        timeline.check_markers(step.module, source.replace("# timeline: softmax end", "# nothing", 1))
+        probes.check_markers(step.module, source.replace("# timeline: softmax end", "# nothing", 1))
     with pytest.raises(ValueError, match="not in the same block"):
-        timeline.check_markers(step.module, source.replace("# timeline: softmax end", "    # timeline: softmax end", 1))
+        probes.check_markers(step.module, source.replace("# timeline: softmax end", "    # timeline: softmax end", 1))
     with pytest.raises(ValueError, match="no `# timeline"):
-        timeline.check_markers(step.module, "x = 1\n")
+        probes.check_markers(step.module, "x = 1\n")
 
 
 @pytest.mark.parametrize("step_name,arch", [("h08", "sm_90a"), ("h09", "sm_90a"), ("b09", "sm_100a")])
 def test_instrumented_copy_compiles_and_reads_the_clock(step_name, arch):
-    from harness.compile import compile_step
+    from harness.build.compile import compile_step
     step = resolve(step_name)
-    sass = timeline.compile_sass(step, arch)
+    sass = probes.compile_sass(step, arch)
     clock_reads = sass.text.count("SR_CLOCKLO")
     assert clock_reads >= len(markers.markers(step.path.read_text())) // 2
     assert "SR_CLOCKLO" not in compile_step(step, arch).sass.text       # the measured step has no probe
@@ -68,12 +75,12 @@ def test_reduce_keeps_one_warp_per_role_and_refuses_half_phases():
         raw[0][j][0] = [100 + 10 * j, 105 + 10 * j]
         for w in (4, 5):
             raw[w][j][1] = [200 + 10 * j, 203 + 10 * j]
-    out = timeline.reduce(module, names, raw)
+    out = records.reduce(module, names, raw)
     assert [(w["warp"], w["role"]) for w in out["warps"]] == [(0, "producer warpgroup 0"), (4, "warpgroup 1")]
     assert out["warps"][0]["intervals"][0] == [0, 0, 0, 5]
     raw[4][1][1] = [250, 0]
     with pytest.raises(ValueError, match="not both"):
-        timeline.reduce(module, names, raw)
+        records.reduce(module, names, raw)
 
 
 def test_shared_tensor_pipe_splits_its_rate_and_the_ordered_one_queues():
@@ -97,11 +104,13 @@ def test_simulation_respects_the_protocol_on_hopper():
     sim = timeline_sim.simulate(step)
     producer, consumer = sim["warps"][0], sim["warps"][1]
     issued, landed = _by_phase(producer, sim, "slot wait"), _by_phase(consumer, sim, "K/V wait")
-    for j in range(2, timeline.KEPT_TILES):
+    qk = _by_phase(consumer, sim, "QK^T")
+    assert len(issued) == len(landed) == len(qk) == records.KEPT_TILES
+    for j in range(2, records.KEPT_TILES):
         # a tile is waited for at least the load latency after the producer issued it
         assert landed[j][3] >= issued[j][3] + timeline_sim.bound.LOAD_LATENCY
     gemm = timeline_sim.durations(step, "h200")["gemm"]
-    assert all(iv[3] - iv[2] >= gemm for iv in _by_phase(consumer, sim, "QK^T").values())
+    assert all(iv[3] - iv[2] >= gemm for iv in qk.values())
 
 
 def test_simulated_tensor_pipe_follows_the_mma_warps_issue_order():
@@ -109,23 +118,23 @@ def test_simulated_tensor_pipe_follows_the_mma_warps_issue_order():
         step = resolve(name)
         sim = timeline_sim.simulate(step)
         order = " ".join(sim["phases"][p] for _, p, _, _ in sim["tensor"])
-        # the loop's order, as the MMA-pipe model reads it from the PTX (harness/mma_pipe.py)
+        # the loop's order, as the MMA-pipe model reads it from the PTX (harness/model/mma_pipe.py)
         loop = mma_pipe.issue_order(step).split("loop: ")[1].split(" |")[0]
         assert f"{loop} {loop} {loop}" in order, (name, loop, order)
 
 
 def test_a_broken_protocol_deadlocks_the_simulation():
     step = resolve("h08")
-    source = timeline.instrumented_source(step.module, step.path.read_text())
+    source = probes.instrumented_source(step.module, step.path.read_text())
     broken = source.replace("cute.arch.mbarrier_arrive(kv_empty + stage)", "pass", 1)
-    proto = protocol.extract(step.module, 4, source=broken)
-    with pytest.raises(protocol.ProtocolError, match="deadlocked"):
+    proto = protocol_source.extract(step.module, 4, source=broken)
+    with pytest.raises(ProtocolError, match="deadlocked"):
         timeline_sim._run(proto, _names(step), timeline_sim.durations(step, "h200"), waits_for_gemm=True)
 
 
 def _h07_record():
     entry = results.latest_for("h07", section="timelines").get("h200")
-    if not entry or timeline.stale_reason(resolve("h07"), entry):
+    if not entry or probes.stale_reason(resolve("h07"), entry):
         pytest.skip("no current H200 timeline of h07 recorded")
     return entry
 
@@ -134,20 +143,23 @@ def test_h200_load_rate_is_the_one_h07s_timeline_shows():
     rec = _h07_record()
     producer, consumer = rec["warps"][0], rec["warps"][1]
     issued, landed = _by_phase(producer, rec, "slot wait"), _by_phase(consumer, rec, "K/V wait")
-    waited = statistics.median(landed[j][3] - issued[j][3] for j in range(2, timeline.KEPT_TILES))
+    waited = statistics.median(landed[j][3] - issued[j][3] for j in range(2, records.KEPT_TILES))
     transfer = waited - timeline_sim.bound.HANDOFF - timeline_sim.bound.LOAD_LATENCY
     derived = 2 * timeline_sim.COPY_BYTES / transfer
     assert units.gpu("h200").l2.value == pytest.approx(derived, rel=0.15)
 
 
 def test_recorded_timelines_are_whole_and_passed_numerics():
+    recorded = [rec for data in results.all_recorded().values() for rec in data.get("timelines", {}).values()]
+    assert recorded, "no timeline recorded in results/*.json (a Hopper step's picture is drawn only from one)"
     for data in results.all_recorded().values():
         for step_name, rec in data.get("timelines", {}).items():
             assert rec["numerics_passed"], step_name
             assert {"gpu", "date", "command", "cutlass_dsl"} <= set(rec["provenance"])
+            assert rec["warps"], step_name
             for lane in rec["warps"]:
                 tiles = {iv[0] for iv in lane["intervals"]}
-                assert tiles == set(range(timeline.KEPT_TILES)) or len(tiles) >= timeline.KEPT_TILES - 1, step_name
+                assert tiles == set(range(records.KEPT_TILES)) or len(tiles) >= records.KEPT_TILES - 1, step_name
                 assert all(iv[3] >= iv[2] >= 0 for iv in lane["intervals"])
 
 
@@ -177,9 +189,9 @@ def test_cli_measure_without_a_gpu_measures_nothing(capability):
 
 
 def test_timeline_blocks_render():
-    b10 = generate.render("timeline b10")
-    assert "(simulated)" in b10 and generate.NOT_RUN_B200 in b10 and "timeline-b10.svg" in b10
-    check = generate.render("timeline-check hopper")
+    b10 = writeups.render("timeline b10")
+    assert "(simulated)" in b10 and tables.NOT_RUN_B200 in b10 and "timeline-b10.svg" in b10
+    check = writeups.render("timeline-check hopper")
     assert check.startswith("No measured timeline") or "(simulated)" in check
 
 
@@ -187,6 +199,6 @@ def test_timeline_blocks_render():
 @pytest.mark.parametrize("step", [s for s in MARKED if s.track == "hopper"][:1], ids=step_id)
 def test_gpu_timeline(step, capability):
     require_gpu_for(step, capability)
-    rec = timeline.measure(step.id)
+    rec = timeline_run.measure(step.id)
     assert rec["numerics_passed"] and rec["phases"] == _names(step)
-    assert len(rec["warps"]) == 3 and timeline.period(rec) > 0
+    assert len(rec["warps"]) == 3 and records.period(rec) > 0

@@ -12,9 +12,9 @@ import re
 import pytest
 from conftest import STEPS, step_id
 
-from harness import ptx_lint
-from harness.compile import compile_step
-from harness.steps import resolve
+from harness.build import ptx_lint
+from harness.build.compile import compile_step
+from harness.core.steps import resolve
 
 BLACKWELL = [s for s in STEPS if s.track == "blackwell"]
 ARCH = "sm_100a"
@@ -73,7 +73,8 @@ def test_b08_ld_pattern_is_load_then_mov_packing_then_wait():
     the load and its wait, and computes (``max``) only after the wait."""
     ptx = _ptx("b08")
     index, dests, after = _first_ld(ptx)
-    assert len(dests) == 32 and re.match(r"mov\.b64\s+%rd\d+, \{%r\d+, %r\d+\};", after)
+    assert len(dests) == resolve("b08").module.TMEM_CHUNK      # one 32-bit register per column of the chunk
+    assert re.match(r"mov\.b64\s+%rd\d+, \{%r\d+, %r\d+\};", after)
     lines = ptx.splitlines()
     wait = next(i for i in range(index, len(lines)) if "tcgen05.wait::ld" in lines[i])
     between = {line.split()[0] for line in lines[index + 1:wait]}
@@ -181,6 +182,7 @@ def test_b06_second_wait_st_covers_the_branch_that_skips_the_o_rescale():
     broken = "\n".join(lines[:waits[1]] + lines[waits[1] + 1:])
     hazards = ptx_lint.tcgen05_st_unfenced_handoffs(broken)
     assert hazards and all("no tcgen05.wait::st" in h.why for h in hazards)
-    p_stores = {i + 1 for i in _lines_matching(broken, r"tcgen05\.st\.sync\.aligned\.32x32b\.x16")}
+    p_cols = resolve("b06").module.TMEM_CHUNK // 2                  # a chunk of bf16 P fills half the columns
+    p_stores = {i + 1 for i in _lines_matching(broken, rf"tcgen05\.st\.sync\.aligned\.32x32b\.x{p_cols}\b")}
     reported = {int(re.search(r"tcgen05.st at line (\d+)", h.why).group(1)) for h in hazards}
     assert reported <= p_stores and reported

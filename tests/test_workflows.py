@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from harness.cli import build_parser
-from harness.steps import TRACKS
+from harness.core.steps import TRACKS
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"

@@ -4,11 +4,11 @@ found once can be run again."""
 import subprocess
 import sys
 
-from harness import workloads
-from harness.isolate import child_env
-from harness.paths import ROOT
+from harness.core import workloads
+from harness.core.paths import ROOT
+from harness.gpu.isolate import child_env
 
-_DRAW = ("from harness import workloads as w; "
+_DRAW = ("from harness.core import workloads as w; "
          "print([w.stable_seed(c.name) for c in w.NUMERICS_CASES], w.sampled_rows(4096, 8, seed=4096).tolist())")
 
 

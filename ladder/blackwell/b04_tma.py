@@ -42,8 +42,8 @@ HEAD_DIM = 128
 MMA_K = 16             # bf16 tcgen05.mma consumes 16 of the reduction dim per instruction
 NUM_WARPS = 4          # 4 warps x 32 lanes = the 128 TMEM lanes, one thread per query row
 THREADS = NUM_WARPS * 32
-# Columns per tcgen05.ld/st of S or O (16 registers). With 32, ptxas held the kernel to 128
-# registers and spilled.
+# Columns per tcgen05.ld/st of S or O (16 registers). 32 also compiles without spills here, at more
+# registers (ptxas 13.4); from b05 on it spills, 16 does not.
 TMEM_CHUNK = 16
 
 # TMEM: fp32 S (TILE_N columns) then fp32 O (HEAD_DIM columns). Allocations are powers of two.

@@ -17,11 +17,9 @@ MMA-wait-softmax chain are amortized over twice the work. The softmaxes of the t
 the same time on different warps, so the serial part grows less than 2x: expect a clear gain.
 smem: Q 64 KB + K 32 KB + V 32 KB + P 64 KB = 192 KB.
 
-A second, forced edit: TMEM_CHUNK (columns per tcgen05.ld/st) goes from 16 to 32. With 16-column
-chunks and the second tile's addressing, ptxas gives the kernel fewer registers than it needs and
-it spills (copy this file with TMEM_CHUNK = 16 and run ``ladder sass <copy> --against b05``), and
-every step must compile without spills. The same TMEM cells move, in half the instructions.
-writeups/blackwell/05-two-q-tiles.md ("A second, forced edit") explains.
+TMEM_CHUNK (columns per tcgen05.ld/st) stays b04's 16: with 32, ptxas 13.4 holds this kernel at
+128 registers and spills (copy this file with TMEM_CHUNK = 32 and run ``ladder sass <copy>
+--against b05``); writeups/blackwell/05-two-q-tiles.md ("The TMEM copy chunk") shows it.
 
 Evidence: ``ladder sass b05 --against b04`` (UTCHMMA doubles per tile; 256 threads);
 tests/test_blackwell_steps.py (TMEM map S0, S1, O0, O1 = exactly 512 columns; K/V bytes per query
@@ -44,10 +42,10 @@ HEAD_DIM = 128
 MMA_K = 16             # bf16 tcgen05.mma consumes 16 of the reduction dim per instruction
 NUM_WARPS = 4 * NUM_Q_TILES    # per Q tile 4 warps x 32 lanes = the 128 TMEM lanes, one thread per row
 THREADS = NUM_WARPS * 32
-# Columns per tcgen05.ld/st of S or O. A register-allocation knob, not part of the algorithm: with
-# the second Q tile's addressing, 16 (b02-b04's) made ptxas hold the kernel to 128 registers and
-# spill; 32 needs ~190 and spills nothing (8 also fits, with twice the TMEM instructions).
-TMEM_CHUNK = 32
+# Columns per tcgen05.ld/st of S or O (16, as in b02-b04). A register-allocation knob, not part of
+# the algorithm: with the second Q tile's addressing, 32 makes ptxas 13.4 hold the kernel at 128
+# registers and spill; 16 spills nothing.
+TMEM_CHUNK = 16
 
 # TMEM: fp32 S0, S1 (TILE_N columns each), then fp32 O0, O1 (HEAD_DIM columns each): all 512.
 TMEM_S_COL = (0, TILE_N)                                   # S of Q tile 0, 1

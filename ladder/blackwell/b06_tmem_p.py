@@ -38,10 +38,10 @@ HEAD_DIM = 128
 MMA_K = 16             # bf16 tcgen05.mma consumes 16 of the reduction dim per instruction
 NUM_WARPS = 4 * NUM_Q_TILES    # per Q tile 4 warps x 32 lanes = the 128 TMEM lanes, one thread per row
 THREADS = NUM_WARPS * 32
-# Columns per tcgen05.ld/st of S or O. A register-allocation knob, not part of the algorithm: with
-# the second Q tile's addressing, 16 (b02-b04's) made ptxas hold the kernel to 128 registers and
-# spill; 32 needs ~190 and spills nothing (8 also fits, with twice the TMEM instructions).
-TMEM_CHUNK = 32
+# Columns per tcgen05.ld/st of S or O (16, as in b02-b04). A register-allocation knob, not part of
+# the algorithm: with the second Q tile's addressing, 32 makes ptxas 13.4 hold the kernel at 128
+# registers and spill; 16 spills nothing.
+TMEM_CHUNK = 16
 
 # TMEM: fp32 S0, S1 (TILE_N columns each), then fp32 O0, O1 (HEAD_DIM columns each): all 512.
 TMEM_S_COL = (0, TILE_N)                                   # S of Q tile 0, 1

@@ -54,11 +54,10 @@ LOAD_WARP = SOFTMAX_WARPS + 1      # warp 9: issues every TMA copy
 NUM_WARPS = SOFTMAX_WARPS + 2
 THREADS = NUM_WARPS * 32
 KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the MMA warp's tcgen05.commit alone
-# Columns per tcgen05.ld/st of S or O. A register-allocation knob, not part of the algorithm: with
-# the second Q tile's addressing, 16 (b02-b04's) made ptxas hold the kernel to 128 registers and
-# spill in b05; 32 spills nothing (8 also fits, with twice the TMEM instructions). From b07 on
-# the CTA has 320 threads, which caps every thread at 168 registers.
-TMEM_CHUNK = 32
+# Columns per tcgen05.ld/st of S or O (16, as in b02-b06). A register-allocation knob, not part of
+# the algorithm: 32 makes ptxas 13.4 hold this 320-thread kernel at 64 registers and spill; 16
+# spills nothing. From b07 on the CTA has 320 threads, which caps every thread at 168 registers.
+TMEM_CHUNK = 16
 
 # TMEM: fp32 S0, S1 (TILE_N columns each), then fp32 O0, O1 (HEAD_DIM columns each): all 512.
 TMEM_S_COL = (0, TILE_N)                                   # S of Q tile 0, 1

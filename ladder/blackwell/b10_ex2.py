@@ -53,12 +53,10 @@ NUM_WARPS = SOFTMAX_WARPS + 2
 THREADS = NUM_WARPS * 32
 KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the MMA warp's tcgen05.commit alone
 NUM_STAGES = 2                     # K/V ring depth: tiles in flight ahead of the MMA warp
-# Columns per tcgen05.ld/st of S or O. A register-allocation knob, not part of the algorithm: with
-# the second Q tile's addressing, 16 (b02-b04's) made ptxas hold the kernel to 128 registers and
-# spill in b05; 32 spills nothing (8 also fits, with twice the TMEM instructions). From b07 on
-# the CTA has 320 threads, which caps every thread at 168 registers. S is loaded whole (one
-# tcgen05.ld of TILE_N columns); O and P still go by TMEM_CHUNK.
-TMEM_CHUNK = 32
+# Columns per tcgen05.ld/st of O and P (16, as in b02-b09; a register-allocation knob, not part of
+# the algorithm). From b07 on the CTA has 320 threads, which caps every thread at 168 registers. S
+# is loaded whole (one tcgen05.ld of TILE_N columns); O and P still go by TMEM_CHUNK.
+TMEM_CHUNK = 16
 LOG2_E = math.log2(math.e)   # exp(x) = 2^(x * log2(e))
 
 # TMEM: fp32 S0, S1 (TILE_N columns each), then fp32 O0, O1 (HEAD_DIM columns each): all 512.

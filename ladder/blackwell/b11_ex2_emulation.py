@@ -24,6 +24,11 @@ the count is in the writeup's SASS table); FA4 gives its softmax warps 192 regis
 setmaxnreg. On Hopper, with half the tensor rate, the MUFU is at most half busy and the same
 emulation was measured to cost time (exp:h10-exp2-emulation).
 
+A second, forced edit: TMEM_CHUNK (columns per tcgen05.ld/st of O and P) goes from 16 to 32.
+FA4's pattern is defined on 32-element fragments and the softmax converts P chunk by chunk, so a
+chunk must be a fragment (``assert EMU_FRAGMENT == TMEM_CHUNK``; a copy with 16 fails at import).
+writeups/blackwell/11-ex2-emulation.md ("A second, forced edit") says what it costs.
+
 Numerics: the polynomial's relative error is ~2^-13 at most (x >= -126), far under the bf16
 rounding of P (2^-9); measured against fp64 with the same function compiled for sm_90a on the
 H200 (``ladder accuracy``) and in float32 on the CPU (tests/test_ex2_accuracy.py).
@@ -56,11 +61,10 @@ NUM_WARPS = SOFTMAX_WARPS + 2
 THREADS = NUM_WARPS * 32
 KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the MMA warp's tcgen05.commit alone
 NUM_STAGES = 2                     # K/V ring depth: tiles in flight ahead of the MMA warp
-# Columns per tcgen05.ld/st of S or O. A register-allocation knob, not part of the algorithm: with
-# the second Q tile's addressing, 16 (b02-b04's) made ptxas hold the kernel to 128 registers and
-# spill in b05; 32 spills nothing (8 also fits, with twice the TMEM instructions). From b07 on
-# the CTA has 320 threads, which caps every thread at 168 registers. S is loaded whole (one
-# tcgen05.ld of TILE_N columns); O and P still go by TMEM_CHUNK.
+# Columns per tcgen05.ld/st of O and P: 32 (b02-b10: 16), because FA4's emulation pattern goes by
+# 32-element fragments (EMU_FRAGMENT below) and the softmax applies it chunk by chunk, so the chunk
+# follows the fragment. From b07 on the CTA has 320 threads, which caps every thread at 168
+# registers. S is loaded whole (one tcgen05.ld of TILE_N columns); O and P go by TMEM_CHUNK.
 TMEM_CHUNK = 32
 LOG2_E = math.log2(math.e)   # exp(x) = 2^(x * log2(e))
 

@@ -77,11 +77,9 @@ STATS_BARRIER = 1
 STATS_THREADS = 2 * 32
 KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the MMA warp's tcgen05.commit alone
 NUM_STAGES = 2                     # K/V ring depth: tiles in flight ahead of the MMA warp
-# Columns per tcgen05.ld/st of S or O. A register-allocation knob, not part of the algorithm: with
-# the second Q tile's addressing, 16 (b02-b04's) made ptxas hold the kernel to 128 registers and
-# spill in b05; 32 spills nothing (8 also fits, with twice the TMEM instructions). From b07 on
-# the CTA has 320 threads, which caps every thread at 168 registers. S, O and P all go by
-# TMEM_CHUNK (b10-b11 loaded S whole; see the softmax below for why b12 cannot).
+# Columns per tcgen05.ld/st of S or O: 32, as in b11, where FA4's emulation fragment (32 elements,
+# EMU_FRAGMENT) set it; b02-b10 use 16. S, O and P all go by TMEM_CHUNK (b10-b11 loaded S whole; see
+# the softmax below for why b12 on cannot).
 TMEM_CHUNK = 32
 LOG2_E = math.log2(math.e)   # exp(x) = 2^(x * log2(e))
 
@@ -145,9 +143,9 @@ INFO = contract.StepInfo(
            "registers": {"softmax": SOFTMAX_REGISTERS, "correction": CORRECTION_REGISTERS, "other": OTHER_REGISTERS},
            "rescale_threshold": RESCALE_THRESHOLD,
            "kv_stages": NUM_STAGES,
-           "spills_at_register_cap": "the MMA and load warps at 48 registers (FA4's budget): ptxas keeps the MMA "
-                                     "loop's invariant descriptors and TMEM addresses in registers and spills "
-                                     "some every tile; the softmax, at 192, does not spill",
+           "spills_at_register_cap": "the MMA and load warps at 48 registers (FA4's budget): ptxas 13.4 stores "
+                                     "a value before the roles split and the MMA loop reloads it (the writeup's "
+                                     "roles block); the softmax, at 192, stores nothing",
            "ex2_emulated_per_tile": EX2_EMULATED_PER_TILE},
 )
 

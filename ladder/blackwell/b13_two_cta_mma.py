@@ -95,10 +95,9 @@ TMEM_FREE_ARRIVALS = 32            # the other CTA's MMA warp, one arrival per l
 # K/V ring: slots of half a tile (this CTA's half of one K or one V tile, 16 KB). K_j takes ring
 # position 2j and V_j 2j + 1; KV_SLOTS = 4 keeps b12's two K/V tiles in flight.
 KV_SLOTS = 4
-# Columns per tcgen05.ld/st of S or O. A register-allocation knob, not part of the algorithm: with
-# the second Q tile's addressing, 16 (b02-b04's) made ptxas hold the kernel to 128 registers and
-# spill in b05; 32 spills nothing (8 also fits, with twice the TMEM instructions). S, O and P
-# all go by TMEM_CHUNK (b10-b11 loaded S whole; see the softmax below for why b12 on cannot).
+# Columns per tcgen05.ld/st of S or O: 32, as in b11, where FA4's emulation fragment (32 elements,
+# EMU_FRAGMENT) set it; b02-b10 use 16. S, O and P all go by TMEM_CHUNK (b10-b11 loaded S whole; see
+# the softmax below for why b12 on cannot).
 TMEM_CHUNK = 32
 LOG2_E = math.log2(math.e)   # exp(x) = 2^(x * log2(e))
 
@@ -166,11 +165,6 @@ INFO = contract.StepInfo(
            "cta_group": CLUSTER_CTAS,
            "kv_slots": KV_SLOTS,
            "kv_slot_bytes": 2 * SLOT_ELEMS,
-           "spills_at_register_cap": "the MMA warp at 48 registers reloads some of its loop's invariant "
-                                     "descriptors (no stores in its loop); the softmax at 192, with FA4's 2-CTA "
-                                     "share of emulated exponentials (24 per row; b12's 16 fit), parks one "
-                                     "register pair (the running row sum) in local memory once per tile and "
-                                     "moves two exponentials through it into an aligned pair for an FADD2",
            "ex2_emulated_per_tile": EX2_EMULATED_PER_TILE},
 )
 

@@ -90,10 +90,9 @@ GRID_CTAS = SM_COUNT // CLUSTER_CTAS * CLUSTER_CTAS
 # K/V ring: slots of half a tile (this CTA's half of one K or one V tile, 16 KB). K_j takes ring
 # position 2j and V_j 2j + 1; KV_SLOTS = 4 keeps b12's two K/V tiles in flight.
 KV_SLOTS = 4
-# Columns per tcgen05.ld/st of S or O. A register-allocation knob, not part of the algorithm: with
-# the second Q tile's addressing, 16 (b02-b04's) made ptxas hold the kernel to 128 registers and
-# spill in b05; 32 spills nothing (8 also fits, with twice the TMEM instructions). S, O and P
-# all go by TMEM_CHUNK (b10-b11 loaded S whole; see the softmax below for why b12 on cannot).
+# Columns per tcgen05.ld/st of S or O: 32, as in b11, where FA4's emulation fragment (32 elements,
+# EMU_FRAGMENT) set it; b02-b10 use 16. S, O and P all go by TMEM_CHUNK (b10-b11 loaded S whole; see
+# the softmax below for why b12 on cannot).
 TMEM_CHUNK = 32
 LOG2_E = math.log2(math.e)   # exp(x) = 2^(x * log2(e))
 
@@ -165,11 +164,9 @@ INFO = contract.StepInfo(
            "kv_slots": KV_SLOTS,
            "kv_slot_bytes": 2 * SLOT_ELEMS,
            "sm_count": SM_COUNT,
-           "spills_at_register_cap": "the MMA warp at 48 registers reloads some of its loop's invariant "
-                                     "descriptors; the softmax at 192, with FA4's 2-CTA share of emulated "
-                                     "exponentials and the work-tile loop's counters, parks two register pairs "
-                                     "(the running row sum and a barrier address among them) in local memory "
-                                     "once per K/V tile and moves one pair through it into an aligned pair",
+           "spills_at_register_cap": "the warps at 48 registers (MMA, load, epilogue) store and reload some "
+                                     "of their loops' values in local memory (ptxas 13.4; the writeup's roles "
+                                     "block counts them per role); the softmax, at 192, stores nothing",
            "ex2_emulated_per_tile": EX2_EMULATED_PER_TILE},
 )
 

@@ -62,7 +62,7 @@ INFO = contract.StepInfo(
     predecessor="h02",
     sass_present=("HGMMA", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR", "MUFU.EX2"),
     sass_absent=("HMMA", "LDSM", "UTMALDG", "LDGSTS"),
-    # For the bound model (harness/bound.py): how this kernel's roles overlap, and whether a tile's
+    # For the bound model (harness/model/bound.py): how this kernel's roles overlap, and whether a tile's
     # loads are waited for. A fact about the kernel, not read by it (not part of its code hash).
     extra={"bound": {"overlap": "serial", "loads": "exposed"}}
 )

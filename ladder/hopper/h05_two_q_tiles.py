@@ -18,7 +18,7 @@ held to one CTA per SM the sharing pays nearly as predicted (just under the rang
 overlap each other's load waits and softmax, while these two warpgroups meet at a CTA barrier every
 tile and run their softmax at the same time. On Hopper this step is therefore an enabler: h09's
 ping-pong needs two consumer warpgroups in one CTA, and h08's ring the smem they share; the
-writeup's experiments (harness/experiments.py) show each part.
+writeup's experiments (harness/core/experiments.py) show each part.
 
 Evidence: ``ladder sass h05 --against h04`` (the same instruction mix; 256 threads in the launch
 metadata); tests/test_hopper_steps.py (threads, rows, K/V bytes per row); results/h200.json;
@@ -59,7 +59,7 @@ INFO = contract.StepInfo(
     predecessor="h04",
     sass_present=("HGMMA", "UTMALDG", "SYNCS", "MUFU.EX2"),
     sass_absent=("HMMA", "LDSM", "LDG", "LDGSTS"),
-    # For the bound model (harness/bound.py): how this kernel's roles overlap, and whether a tile's
+    # For the bound model (harness/model/bound.py): how this kernel's roles overlap, and whether a tile's
     # loads are waited for. A fact about the kernel, not read by it (not part of its code hash).
     extra={"bound": {"overlap": "lockstep", "loads": "exposed"}}
 )

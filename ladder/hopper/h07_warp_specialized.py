@@ -66,7 +66,7 @@ INFO = contract.StepInfo(
     predecessor="h06",
     sass_present=("HGMMA", "HGMMA.RS", "UTMALDG", "SYNCS", "MUFU.EX2", "USETMAXREG"),
     sass_absent=("HMMA", "LDSM", "LDG", "LDGSTS", "STS"),
-    # For the bound model (harness/bound.py): how this kernel's roles overlap, and whether a tile's
+    # For the bound model (harness/model/bound.py): how this kernel's roles overlap, and whether a tile's
     # loads are waited for. A fact about the kernel, not read by it (not part of its code hash).
     extra={"bound": {"overlap": "lockstep", "loads": "exposed"}}
 )

@@ -1,0 +1,324 @@
+"""A kernel's barrier protocol read from its source (``extract``): the kernel function walked as
+Python syntax, warp by warp, every branch and loop around a barrier operation decided; what the
+operations are and what the replay checks is in harness/model/protocol.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+
+from harness.model.pipeline_model import ProtocolError
+from harness.model.protocol import PROBE, WARP, Bar, ExtractionError, Op, Protocol, lands_on
+
+_PARAMS = ("warp_idx", "cta_rank", "n_blocks", "n_tiles")   # given, never re-assigned by the walk
+                                                            # (n_tiles: a persistent CTA's work tiles, h14)
+_SAFE_BUILTINS = {"range": range, "len": len, "min": min, "max": max, "tuple": tuple, "int": int}
+_CLUSTER_OPS = {"cluster_arrive": "cluster_arrive", "cluster_arrive_relaxed": "cluster_arrive",
+                "cluster_wait": "cluster_wait"}
+
+
+
+def _call_name(call: ast.Call) -> str | None:
+    f = call.func
+    if isinstance(f, ast.Name) and f.id == PROBE:
+        return "mark"
+    if isinstance(f, ast.Attribute):
+        if f.attr == "commit" and isinstance(f.value, ast.Name) and f.value.id == "tcgen05":
+            return "commit"
+        if f.attr == "copy" and any(k.arg == "tma_bar_ptr" for k in call.keywords):
+            return "copy"
+        if f.attr in ("mbarrier_init", "mbarrier_wait", "mbarrier_arrive", "mbarrier_arrive_and_expect_tx",
+                      "sync_threads", "barrier", "barrier_arrive", *_CLUSTER_OPS):
+            return f.attr
+        # only the pair's dealloc is a protocol event (it needs both CTAs done with TMEM)
+        if f.attr == "dealloc_tmem" and (len(call.args) > 2 or any(k.arg == "is_two_cta" for k in call.keywords)):
+            return "dealloc"
+    return None
+
+
+def _has_barrier_op(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and _call_name(n) for n in ast.walk(node))
+
+
+def _kernel_def(source: str) -> ast.FunctionDef:
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and node.name == "kernel":
+            return node
+    raise ExtractionError("no `def kernel` in the step file")
+
+
+def _helpers_with_barriers(source: str) -> list[str]:
+    return [n.name for n in ast.parse(source).body
+            if isinstance(n, ast.FunctionDef) and n.name != "kernel" and _has_barrier_op(n)]
+
+
+class _Walk:
+    """Walks the kernel body for one warp (of CTA ``cta`` of a cluster of ``ctas``), collecting its
+    barrier operations."""
+
+    def __init__(self, module, source_lines, warp: int, n_blocks: int, threads: int, n_tiles: int = 1,
+                 cta: int = 0, ctas: int = 1):
+        self.glob = {k: v for k, v in vars(module).items()
+                     if isinstance(v, (int, float, bool, tuple, str)) or
+                     (inspect.isfunction(v) and v.__module__ == module.__name__)}
+        self.env = {"warp_idx": warp, "cta_rank": cta, "n_blocks": n_blocks, "n_tiles": n_tiles}
+        self.lines = source_lines
+        self.threads = threads
+        self.cta, self.ctas = cta, ctas
+        self.ops: list[Op] = []
+        self.elect = False
+
+    # ---- values
+    def _names_known(self, node) -> bool:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and n.id not in self.env and n.id not in self.glob \
+                    and n.id not in _SAFE_BUILTINS:
+                return False
+            if isinstance(n, ast.Attribute):
+                return False
+        return True
+
+    def value(self, node):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            f = node.func
+            if f.attr == "data_ptr" and isinstance(f.value, ast.Attribute):
+                return Bar(f.value.attr)
+            if f.attr in ("range", "range_constexpr"):
+                return range(*(self.value(a) for a in node.args))
+            if f.attr == "const_expr":
+                return self.value(node.args[0])
+        if isinstance(node, ast.Tuple):
+            return tuple(self.value(e) for e in node.elts)
+        if not self._names_known(node):
+            raise KeyError(ast.unparse(node))
+        return eval(compile(ast.Expression(node), "<kernel>", "eval"),
+                    {**self.glob, "__builtins__": _SAFE_BUILTINS}, dict(self.env))
+
+    def decide(self, node, what: str):
+        try:
+            return self.value(node)
+        except Exception as e:
+            raise ExtractionError(f"line {node.lineno}: cannot decide the {what} `{ast.unparse(node)}` "
+                                  f"around barrier operations ({type(e).__name__}: {e})") from None
+
+    def bind(self, target, val):
+        if isinstance(target, ast.Name):
+            if target.id not in _PARAMS:
+                self.env[target.id] = val
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            vals = tuple(val) if val is not None else (None,) * len(target.elts)
+            for t, v in zip(target.elts, vals, strict=True):
+                self.bind(t, v)
+
+    def forget(self, target):
+        """An assignment the walk cannot evaluate unbinds the names it assigns; an element store
+        (``t[i] = x``, ``o.f = x``) rebinds nothing: the names in its index stay known."""
+        if isinstance(target, ast.Name) and target.id not in _PARAMS:
+            self.env.pop(target.id, None)
+        elif isinstance(target, (ast.Tuple, ast.List, ast.Starred)):
+            for t in (target.elts if not isinstance(target, ast.Starred) else [target.value]):
+                self.forget(t)
+
+    # ---- statements
+    def block(self, stmts):
+        for s in stmts:
+            self.stmt(s)
+
+    def stmt(self, s):
+        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and _call_name(s.value):
+            self.op(s.value)
+        elif isinstance(s, ast.Assign):
+            try:
+                val = self.value(s.value)
+            except Exception:
+                for t in s.targets:
+                    self.forget(t)
+                return
+            for t in s.targets:
+                self.bind(t, val)
+        elif isinstance(s, ast.AugAssign):
+            try:
+                self.bind(s.target, self.value(ast.BinOp(left=ast.Name(s.target.id, ast.Load()), op=s.op,
+                                                          right=s.value)))
+            except Exception:
+                self.forget(s.target)
+        elif isinstance(s, ast.If):
+            if not _has_barrier_op(s):
+                return
+            self.block(s.body if self.decide(s.test, "condition") else s.orelse)
+        elif isinstance(s, ast.For):
+            if not _has_barrier_op(s):
+                return
+            for v in self.decide(s.iter, "loop range"):
+                self.bind(s.target, v)
+                self.block(s.body)
+        elif isinstance(s, ast.With):
+            elect = any(isinstance(i.context_expr, ast.Call) and isinstance(i.context_expr.func, ast.Attribute)
+                        and i.context_expr.func.attr == "elect_one" for i in s.items)
+            before, self.elect = self.elect, self.elect or elect
+            self.block(s.body)
+            self.elect = before
+        elif isinstance(s, (ast.While, ast.Try, ast.FunctionDef)) and _has_barrier_op(s):
+            raise ExtractionError(f"line {s.lineno}: barrier operations inside a "
+                                  f"{ {'While': 'while loop', 'Try': 'try', 'FunctionDef': 'nested def'}[type(s).__name__]} "
+                                  "are not modelled")
+
+    def barrier(self, node, cta: int | None = None) -> Bar:
+        """The barrier ``node`` names, in CTA ``cta`` (default: the warp's own) of a cluster."""
+        bar = self.decide(node, "barrier")
+        if self.ctas == 1:
+            return bar
+        return Bar(bar.name, bar.index, self.cta if cta is None else cta)
+
+    def need_cluster(self, call, what):
+        if self.ctas == 1:
+            raise ExtractionError(f"line {call.lineno}: {what} is not modelled: the step has no cluster "
+                                  "(CLUSTER_CTAS)")
+
+    def target_cta(self, node, call, what) -> int:
+        self.need_cluster(call, what)
+        cta = self.decide(node, "target CTA")
+        if not isinstance(cta, int) or not 0 <= cta < self.ctas:
+            raise ExtractionError(f"line {call.lineno}: target CTA {cta!r} is not in the cluster of {self.ctas}")
+        return cta
+
+    def op(self, call: ast.Call):
+        name = _call_name(call)
+        text = self.lines[call.lineno - 1].strip()
+        kw = {k.arg: k.value for k in call.keywords}
+        add = lambda kind, **a: self.ops.append(Op(kind, call.lineno, text, **a))  # noqa: E731
+        arrivals = 1 if self.elect else WARP
+        if name == "mbarrier_init":
+            add("init", bar=self.barrier(call.args[0]), value=self.decide(call.args[1], "arrival count"))
+        elif name == "mbarrier_wait":
+            add("wait", bar=self.barrier(call.args[0]), value=self.decide(call.args[1], "parity") % 2)
+        elif name == "mbarrier_arrive":
+            target = call.args[1] if len(call.args) > 1 else kw.pop("peer_cta_rank_in_cluster", None)
+            if len(call.args) > 2 or kw:
+                raise ExtractionError(f"line {call.lineno}: an arrive with a count or options is not modelled")
+            cta = None if target is None else self.target_cta(target, call, "an arrive on another CTA's barrier")
+            add("arrive", bar=self.barrier(call.args[0], cta), value=arrivals)
+        elif name == "mbarrier_arrive_and_expect_tx":
+            if len(call.args) > 2 or "peer_cta_rank_in_cluster" in kw:
+                raise ExtractionError(f"line {call.lineno}: an expect-tx on another CTA's barrier is not modelled")
+            add("expect", bar=self.barrier(call.args[0]), value=arrivals)
+        elif name == "commit":
+            mask = call.args[1] if len(call.args) > 1 else kw.get("mask")
+            if mask is None or (isinstance(mask, ast.Constant) and mask.value is None):
+                add("commit", bar=self.barrier(call.args[0]), value=arrivals)
+                return
+            self.need_cluster(call, "a multicast commit (a mask)")
+            m = self.decide(mask, "commit mask")
+            ctas = tuple(c for c in range(self.ctas) if m >> c & 1)
+            if not ctas or m >> self.ctas:
+                raise ExtractionError(f"line {call.lineno}: commit mask {m:#b} does not name CTAs of the cluster "
+                                      f"of {self.ctas}")
+            add("commit", bar=self.barrier(call.args[0], ctas[0]), value=arrivals, ctas=ctas)
+        elif name == "copy":
+            # cta_group::2: the bytes complete on the pair leader's barrier
+            add("copy", bar=self.barrier(kw["tma_bar_ptr"], self.cta & ~1))
+        elif name == "mark":
+            add("mark", tile=self.decide(call.args[1], "timeline tile"), value=self.decide(call.args[2], "phase"),
+                edge=self.decide(call.args[3], "edge"))
+        elif name in _CLUSTER_OPS:
+            add(_CLUSTER_OPS[name])
+        elif name == "dealloc":
+            two = call.args[2] if len(call.args) > 2 else kw["is_two_cta"]
+            if self.decide(two, "is_two_cta"):
+                self.need_cluster(call, "the pair's TMEM dealloc (is_two_cta)")
+                add("dealloc")
+        elif name in ("sync_threads", "barrier", "barrier_arrive"):
+            bid = self.decide(kw["barrier_id"], "barrier id") if "barrier_id" in kw else 0
+            n = self.decide(kw["number_of_threads"], "thread count") if "number_of_threads" in kw else self.threads
+            add("sync" if name != "barrier_arrive" else "bar_arrive", value=bid, threads=n)
+
+
+def _announce_copies(ops: list[Op], leader_ops: list[Op] | None = None, pair: int = 1,
+                     who: tuple = ("", "")) -> list[Op]:
+    """An expect-tx announces the copies its warp issues next on the same barrier. In a cluster
+    (``pair`` 2) a copy lands on the leader's barrier: it is announced by an expect-tx there before
+    the leader's copy of the same rank in ``leader_ops`` (the same warp of the leader CTA), and the
+    leader's expect-tx announces its own copies twice (the pair's). ``who``: the two warps' names."""
+    leader_ops = ops if leader_ops is None else leader_ops
+    out = list(ops)
+    rank: dict = {}
+    for i, op in enumerate(ops):
+        if op.kind == "copy":
+            k = rank[op.bar] = rank.get(op.bar, -1) + 1
+            mine = [j for j, p in enumerate(leader_ops) if p.kind == "copy" and p.bar == op.bar]
+            if k >= len(mine) or not any(p.kind == "expect" and p.bar == op.bar for p in leader_ops[:mine[k]]):
+                if pair == 1:
+                    raise ProtocolError(f"line {op.line}: a TMA copy on {op.bar} with no expect-tx announcing it")
+                raise ProtocolError(f"line {op.line}: a TMA copy on {op.bar} by {who[0]} with no expect-tx announcing "
+                                    f"it: {who[1]} has none on it before its own copy number {k + 1} there")
+        if op.kind != "expect":
+            continue
+        n = 0
+        for later in ops[i + 1:]:
+            if later.bar == op.bar and later.kind != "copy":
+                break
+            n += later.kind == "copy" and later.bar == op.bar
+        out[i] = Op(op.kind, op.line, op.text, op.bar, op.value, copies=n * pair)
+    return out
+
+
+def _role_names(module, n_warps: int, cluster: bool = False) -> dict:
+    """Warp -> name from the step's own constants (``MMA_WARP = 8`` names warp 8); in a cluster also
+    from ``INFO.extra["warp_roles"]`` (the names then say the CTA: ``Protocol.role``)."""
+    names = {}
+    for k, v in vars(module).items():
+        if k.endswith("_WARP") and isinstance(v, int) and 0 <= v < n_warps and not isinstance(v, bool):
+            names[v] = f"{k.removesuffix('_WARP').lower()} warp {v}"
+    if cluster:
+        for role, ws in module.INFO.extra.get("warp_roles", {}).items():
+            for w in ws:
+                names.setdefault(w, f"{role} warp {w}")
+    return names
+
+
+def extract(module, n_blocks: int, source: str | None = None, step: str | None = None,
+            n_tiles: int = 1) -> Protocol:
+    """The step's barrier operations, warp by warp, for a CTA (a cluster: every CTA of it) that
+    loops over ``n_blocks`` tiles (of each of ``n_tiles`` work tiles, for a persistent kernel that
+    names them ``n_tiles``). ``source`` replaces the module's file (to check a deliberately broken
+    copy)."""
+    source = inspect.getsource(module) if source is None else source
+    helpers = _helpers_with_barriers(source)
+    if helpers:
+        raise ExtractionError(f"barrier operations outside `kernel` ({', '.join(helpers)}) are not modelled")
+    kernel = _kernel_def(source)
+    lines = source.splitlines()
+    threads = module.INFO.threads
+    ctas = getattr(module, "CLUSTER_CTAS", 1)
+    if ctas not in (1, 2):
+        raise ExtractionError(f"a cluster of {ctas} CTAs is not modelled (only a pair)")
+    per_cta = threads // WARP
+    warps = []
+    for cta in range(ctas):
+        for w in range(per_cta):
+            walk = _Walk(module, lines, w, n_blocks, threads, n_tiles, cta=cta, ctas=ctas)
+            walk.block(kernel.body)
+            warps.append(walk.ops)
+    proto = Protocol(step or module.INFO.id, warps, {}, _role_names(module, per_cta, ctas > 1), ctas)
+    leader = [(w // per_cta & ~1) * per_cta + w % per_cta for w in range(len(warps))]
+    warps = [_announce_copies(ops, warps[leader[w]], ctas, (proto.role(w), proto.role(leader[w])))
+             for w, ops in enumerate(warps)]
+    counts = proto.counts
+    for ops in warps:
+        for op in ops:
+            if op.kind == "init":
+                if op.bar in counts:
+                    raise ProtocolError(f"line {op.line}: {op.bar} initialised twice")
+                if op.value < 1:
+                    raise ProtocolError(f"line {op.line}: {op.bar} initialised with {op.value} arrivals")
+                counts[op.bar] = op.value
+    if ctas == 1:       # inits hoisted: every 1-CTA step follows them with sync_threads
+        warps = [[op for op in ops if op.kind != "init"] for ops in warps]
+    for ops in warps:
+        for op in ops:
+            if op.bar is not None and any(b not in counts for b in lands_on(op)):
+                bar = next(b for b in lands_on(op) if b not in counts)
+                raise ProtocolError(f"line {op.line}: {bar} is used but never initialised")
+    proto.warps = warps
+    return proto
