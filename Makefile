@@ -53,10 +53,10 @@ lint: install            ## ruff (rules and version in pyproject.toml)
 	$(PY) -m ruff check .
 
 test: install            ## every test, on every core: CPU compile/SASS proof always, GPU tests where the arch matches
-	$(PY) -m pytest -q -n $(WORKERS)
+	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal
 
 test-fast: install       ## every test but the slow ones (the guarded Blackwell builds), on every core
-	$(PY) -m pytest -q -m "not slow" -n $(WORKERS)
+	$(PY) -m pytest -q -m "not slow" -n $(WORKERS) --dist worksteal
 
 test-serial: install     ## every test in one process (a debugger, or -x on the first failure)
 	$(PY) -m pytest -q

@@ -136,14 +136,14 @@ contract.compile_host = interleaved
 if role == "b":
     wait_for("a-compiling")
     signal("b-asking")
-report = compile_step(resolve("b05"), "sm_100a")
-print(report.sass.mechanisms["UTCHMMA"], report.threads_per_cta, report.cubin.parent.name)
+report = compile_step(resolve("h02"), "sm_90a")
+print(report.sass.mechanisms["HGMMA"], report.threads_per_cta, report.cubin.parent.name)
 """
 
 
 def test_a_process_asking_for_a_step_another_is_compiling_waits_and_reads_its_compile(tmp_path):
-    """Two pytest workers need the same step at once. Forced into that order: A is compiling b05;
-    B asks for b05 meanwhile. B waits on the compile's lock, then reads A's published directory; it
+    """Two pytest workers need the same step at once. Forced into that order: A is compiling h02;
+    B asks for h02 meanwhile. B waits on the compile's lock, then reads A's published directory; it
     never compiles (no CPU spent twice) and never reads a half-written directory."""
     env = {**child_env(), "LADDER_BUILD": str(tmp_path / "build")}        # nothing published yet
     procs = {role: subprocess.Popen([sys.executable, "-c", _COMPILE_IN_STEP, role, str(tmp_path)], cwd=ROOT,
@@ -152,7 +152,7 @@ def test_a_process_asking_for_a_step_another_is_compiling_waits_and_reads_its_co
     outs = {role: p.communicate(timeout=600) for role, p in procs.items()}
     for role, p in procs.items():
         assert p.returncode == 0, f"{role}: {outs[role][1][-3000:]}"
-    assert outs["a"][0] == outs["b"][0] and outs["a"][0].split()[1] == str(resolve("b05").info.threads)
+    assert outs["a"][0] == outs["b"][0] and outs["a"][0].split()[1] == str(resolve("h02").info.threads)
     assert (tmp_path / "b-asking").exists()              # B asked while A compiled
     assert not (tmp_path / "b-compiled").exists()        # and did not compile it again
 

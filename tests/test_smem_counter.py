@@ -6,6 +6,7 @@ import re
 import pytest
 
 from harness.core import results
+from harness.core.steps import resolve
 from harness.gpu.profile import FA4
 from harness.model.smem_model import wavefronts
 from harness.report import blocks_profile
@@ -64,3 +65,14 @@ def test_a_16_byte_store_is_served_by_quarter_warps():
     assert wavefronts(contiguous) == (4, 4)
     four_bytes = [[t * 4 + i for i in range(4)] for t in range(32)]
     assert wavefronts(four_bytes) == (1, 1)
+
+
+@pytest.mark.parametrize("sid", ["01", "h04", "b04"])
+def test_the_offsets_read_from_the_layouts_are_the_ones_indexing_finds(sid):
+    """The store model reads each thread's smem offsets off its partition's static layout (instant)
+    instead of indexing them one by one in a kernel run on the CPU (seconds per step): the two give
+    the same costs, for the thread-issued Q/K/V copies and the Hopper P store (01), the Hopper P
+    fragment store alone (h04) and Blackwell's P row pieces (b04)."""
+    from harness.model.smem_model import _traced_store_costs
+    fast = _traced_store_costs(resolve(sid))
+    assert fast and fast == _traced_store_costs(resolve(sid), by_element=True)

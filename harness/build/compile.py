@@ -198,6 +198,20 @@ def cubin_facts(step: Step, arch: str) -> dict:
     return {"ptxas": toolchain.cubin_ptxas(data), "machine_code": sass_mod.machine_code_digest(data)}
 
 
+_FRESH = ("import json, sys; from harness.build.compile import cubin_facts; from harness.core.steps import resolve; "
+          "print(json.dumps(cubin_facts(resolve(sys.argv[1]), sys.argv[2])))")
+
+
+def fresh_cubin_facts(step: Step, arch: str) -> dict:
+    """``cubin_facts`` of a compile that is the first of a fresh process, as in a GPU job's child.
+    ptxas's code for the same PTX can depend on what the process compiled before (seen for b02-b06:
+    the same instructions and registers in another order), so machines are compared on compiles made
+    this way."""
+    out = subprocess.run([sys.executable, "-c", _FRESH, step.spec, arch], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def guard_every_compile() -> None:
     """From now on, in this process, compile every sm_100a kernel with TMEM guardrails: the switch
     in the contract's compile path that ``ladder selfcheck --guard`` turns on in its own child.

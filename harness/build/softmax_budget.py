@@ -67,6 +67,7 @@ issue one warp-instruction each per clock and nothing else competes for them.
 from __future__ import annotations
 
 import re
+from harness.core.memo import per_step_version
 from collections import Counter
 from dataclasses import dataclass
 
@@ -406,6 +407,7 @@ def loop_fields(loop: Loop, counted: dict, elements: int, ex2_outside: int) -> d
     )
 
 
+@per_step_version
 def budget(step, arch: str) -> dict:
     """Instructions per score element, by class, of ``step``'s main (K/V tile) loop on ``arch``.
 

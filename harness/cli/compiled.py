@@ -3,12 +3,14 @@ smem, against another step) and ``ladder bound`` (the bound model from the SASS)
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rich.table import Table
 
 from harness.build import ptx_lint, softmax_budget
-from harness.build.compile import compile_step, cubin_facts
+from harness.build.compile import compile_step, cubin_facts, fresh_cubin_facts
 from harness.build.sass import MECHANISMS
 from harness.build.smem_budget import shared_storage_bytes
 from harness.cli.common import console
@@ -160,12 +162,11 @@ def cmd_toolchain(args) -> int:
             raise ValueError("ladder toolchain --record notes what a GPU machine builds with; this one has no GPU")
         # Every ladder step, for every arch it targets: the digest of the machine code this machine's
         # compiler makes of it. The CPU's builds must make the same (tests/test_results.py).
-        code = {}
-        steps = [s for s in discover() if not s.variant]
-        with console.status("compiling every step (no disassembler needed)..."):
-            for s in steps:
-                for arch in s.info.archs:
-                    code[f"{s.id} {arch}"] = {**cubin_facts(s, arch), "fingerprint": s.fingerprint}
+        builds = [(s, arch) for s in discover() if not s.variant for arch in s.info.archs]
+        with console.status(f"compiling every step, each in a fresh process ({len(builds)} builds)..."), \
+                ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+            facts = pool.map(lambda build: fresh_cubin_facts(*build), builds)
+            code = {f"{s.id} {arch}": {**f, "fingerprint": s.fingerprint} for (s, arch), f in zip(builds, facts, strict=True)}
         entry = {**here, "cubin_ptxas": stamp, "step": step.id, "machine_code": code, "provenance": prov}
         results.record_toolchain(Path(args.record), entry)
         console.print(f"recorded the machine code of {len(code)} builds into {args.record}")

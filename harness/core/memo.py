@@ -3,13 +3,18 @@ everything it depends on, and found there by every later process (pytest's worke
 
 Two processes that need the same value at once do not both compute it: the second waits on a lock
 file for the first and then reads its result. A computation that raises is kept too (its message):
-asking again raises the same error without redoing the work. In-process callers still memoize.
+asking again raises the same error without redoing the work.
+
+``per_step_version`` memoizes within a process a model computed from a step (its budget, bound,
+simulation): a generated page asks for the same one several times.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -63,3 +68,19 @@ def remembered(kind: str, key: dict, compute: Callable[[], object]):
             raise
         publish(path, json.dumps({"key": key, "value": value}))
         return value
+
+
+def per_step_version(fn):
+    """Memoize ``fn(step, *args)`` within the process, per version of the step's file (its path and
+    text) and arguments; every caller gets its own copy of the value."""
+    cache: dict = {}
+
+    @functools.wraps(fn)
+    def memoized(step, *args, **kwargs):
+        key = (str(step.path.resolve()), step.path.read_text(), args, tuple(sorted(kwargs.items())))
+        if key not in cache:
+            cache[key] = fn(step, *args, **kwargs)
+        return copy.deepcopy(cache[key])
+
+    memoized.cache = cache
+    return memoized

@@ -30,7 +30,7 @@ def gpu_capability() -> tuple[int, int] | None:
     return None
 
 
-def driverversion_of() -> str | None:
+def driver_version() -> str | None:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=20)
@@ -45,12 +45,12 @@ def collect(command: list[str] | None = None) -> dict:
     return {
         "gpu": torch.cuda.get_device_name() if cap else None,
         "capability": list(cap) if cap else None,
-        "driver": driverversion_of() if cap else None,
+        "driver": driver_version() if cap else None,
         "cuda_runtime": torch.version.cuda,
         "torch": torch.__version__,
         "cutlass_dsl": version_of("nvidia-cutlass-dsl"),
         # the compiler that built what ran (harness/core/toolchain.py): its machine code depends on it
-        "ptxas": toolchain.ptxasversion_of(),
+        "ptxas": toolchain.ptxas_version(),
         "cutlass_dsl_libs": toolchain.dsl_flavor(),
         "flash_attn_4": version_of("flash-attn-4"),
         "python": sys.version.split()[0],

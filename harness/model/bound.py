@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from harness.core.memo import per_step_version
 from harness.model import units
 
 IPC_ONE_WARP = 0.5      # a softmax warp's issue rate alone on a scheduler: its FFMA/MUFU/FMNMX chain
@@ -123,6 +124,7 @@ def _store_wavefronts(step) -> float:
     return sum(c.wavefronts * c.instructions for c in costs if c.name != "Q") * warps
 
 
+@per_step_version
 def demands(step, gpu_key: str) -> tuple[dict, dict]:
     """(unit -> cycles per CTA and tile, facts used) for a ladder step."""
     from harness.build import softmax_budget

@@ -61,6 +61,18 @@ class MBarrier:
         self._async_now |= asynchronous
         self._maybe_complete()
 
+    def arrive_many(self, n: int, expect_tx: int = 0, asynchronous: bool = False):
+        """``n`` calls of ``arrive`` (a warp's 32 threads), in chunks that end where a phase completes."""
+        while n:
+            if self.pending == 0:
+                raise ProtocolError("arrive on a barrier with no pending arrivals")
+            k = min(n, self.pending)
+            self.tx += expect_tx * k
+            self.pending -= k
+            self._async_now |= asynchronous
+            self._maybe_complete()
+            n -= k
+
     def complete_tx(self, nbytes: int):
         self.tx -= nbytes
         if self.tx < 0:

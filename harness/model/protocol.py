@@ -106,6 +106,13 @@ class Bar:
     index: int = 0
     cta: int | None = None
 
+    def __post_init__(self):
+        # The replay looks a barrier up millions of times: its hash is computed once.
+        object.__setattr__(self, "_hash", hash((self.name, self.index, self.cta)))
+
+    def __hash__(self):
+        return self._hash
+
     def __add__(self, k):
         if not isinstance(k, int):
             return NotImplemented

@@ -73,6 +73,7 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
     waited = set()
     named: dict = {}                                # (cta, id) -> {"threads", "arrived", "waiting", ...}
     blocked_at_sync = set()
+    moved_on: list = []                             # warps a named barrier's completion moved past it
     clusterbar = {"arrived": [0] * n_warps, "waited": [0] * n_warps, "know": {}}
 
     # What each warp knows to have happened (cluster only; a 1-CTA step's inits are hoisted): a bit
@@ -97,8 +98,7 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
     def arrive(bar, times, knowledge, expect=0, asynchronous=False, tx=0):
         b = bars[bar]
         before = b.phase
-        for _ in range(times):
-            b.arrive(expect_tx=expect, asynchronous=asynchronous)
+        b.arrive_many(times, expect_tx=expect, asynchronous=asynchronous)
         if tx:
             b.complete_tx(tx)
         if cluster:
@@ -151,6 +151,7 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
                 blocked_at_sync.discard(x)
                 know[x] |= st["know"]
                 pc[x] += 1
+                moved_on.append(x)
             named[key] = {"threads": op.threads, "arrived": 0, "waiting": set(), "warps": set(), "know": 0}
         return not waits
 
@@ -227,11 +228,11 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
         arrive(bar, op.value, knowledge, asynchronous=True)
         return True
 
+    live = [w for w in range(n_warps) if proto.warps[w]]       # warps with operations left, in order
     for steps in range(max_steps):
-        actors = [lambda w=w: warp_step(w) for w in range(n_warps) if pc[w] < len(proto.warps[w])]
-        actors += [lambda i=i: land_copy(i) for i in range(len(copies))]
-        actors += [lambda i=i: land_commit(i) for i in range(len(commits))]
-        if not actors:
+        warps, landing = len(live), len(copies)
+        total = warps + landing + len(commits)
+        if not total:
             _check_end(proto, bars, seen, waited)
             half = {key: st for key, st in named.items() if st["arrived"]}
             if half:
@@ -239,8 +240,25 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
                 raise ProtocolError(f"{proto.step}: named barrier(s) {ids} end with threads arrived "
                                     "and no generation completed")
             return steps
-        rng.shuffle(actors)
-        if not any(actor() for actor in actors):
+        # The actors (warps, copies in flight, commits not yet landed) in a random order, drawn one
+        # at a time until one can move; most steps move the first one drawn.
+        moved, tried = False, set()
+        while not moved and len(tried) < total:
+            j = rng.randrange(total)
+            if j in tried:
+                continue
+            tried.add(j)
+            if j < warps:
+                w = live[j]
+                moved = warp_step(w)
+                if moved and (moved_on or pc[w] >= len(proto.warps[w])):
+                    live = [x for x in live if pc[x] < len(proto.warps[x])]
+                    moved_on.clear()
+            elif j < warps + landing:
+                moved = land_copy(j - warps)
+            else:
+                moved = land_commit(j - warps - landing)
+        if not moved:
             raise ProtocolError(f"{proto.step}: deadlock, nobody can move:\n"
                                 + _blocked(proto, pc, bars, named, clusterbar))
     raise ProtocolError(f"{proto.step}: no end within {max_steps} steps")

@@ -6,6 +6,7 @@ operations are and what the replay checks is in harness/model/protocol.py.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 
 from harness.model.pipeline_model import ProtocolError
@@ -38,18 +39,31 @@ def _call_name(call: ast.Call) -> str | None:
 
 
 def _has_barrier_op(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Call) and _call_name(n) for n in ast.walk(node))
+    """Whether any call under ``node`` is a barrier operation; kept on the node (the walk asks again
+    for every statement it enters, and a parsed source is reused: ``_parsed``)."""
+    found = getattr(node, "_ladder_barrier_op", None)
+    if found is None:
+        found = any(isinstance(n, ast.Call) and _call_name(n) for n in ast.walk(node))
+        node._ladder_barrier_op = found
+    return found
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(source: str) -> ast.Module:
+    """A step file's syntax tree, parsed once per text (extract runs for many tile counts and
+    schedules); nothing here changes it."""
+    return ast.parse(source)
 
 
 def _kernel_def(source: str) -> ast.FunctionDef:
-    for node in ast.parse(source).body:
+    for node in _parsed(source).body:
         if isinstance(node, ast.FunctionDef) and node.name == "kernel":
             return node
     raise ExtractionError("no `def kernel` in the step file")
 
 
 def _helpers_with_barriers(source: str) -> list[str]:
-    return [n.name for n in ast.parse(source).body
+    return [n.name for n in _parsed(source).body
             if isinstance(n, ast.FunctionDef) and n.name != "kernel" and _has_barrier_op(n)]
 
 

@@ -26,6 +26,7 @@ WAVEFRONT_BYTES = BANKS * BANK_BYTES
 ELEMENT_BYTES = 2                     # bf16
 WARP = 32
 MAX_ELEMENTS_PER_THREAD = 512         # room for the largest per-thread share of a tile
+COUNTING = 1 << 16                    # a counting tensor as long as the largest smem tile
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,37 @@ def wavefronts(thread_bytes: list[list[int]]) -> tuple[int, int]:
     return needed, math.ceil(len(touched) / WAVEFRONT_BYTES)
 
 
+def _leaves(t) -> list:
+    return [x for e in t for x in _leaves(e)] if isinstance(t, tuple) else [t]
+
+
+def static_coordinates(tensor) -> list | None:
+    """Every element of a view of a counting tensor (``cute.make_identity_tensor``), in element order
+    (the first mode fastest), computed in Python from its static layout: the iterator plus i * stride
+    along each mode, a stride being an integer (a 1-D counting tensor: the elements are offsets) or
+    ``value@mode`` (a multi-dimensional one: coordinates). None where the view is not of that form;
+    then index it element by element inside ``@cute.jit``, a traced operation each (seconds per step)."""
+    base = tensor.iterator
+    shape, stride = _leaves(tensor.layout.shape), _leaves(tensor.layout.stride)
+    if isinstance(base, int) and all(isinstance(x, int) for x in shape + stride):
+        out = [base]
+        for n, d in zip(shape, stride, strict=True):
+            out = [c + i * d for i in range(n) for c in out]
+        return out
+    if not isinstance(base, tuple) or not all(isinstance(c, int) for c in base + tuple(shape)):
+        return None
+    out = [base]
+    for n, d in zip(shape, stride, strict=True):
+        if isinstance(d, int) and d == 0:
+            step = (0,) * len(base)                  # a broadcast mode: the same coordinates again
+        elif isinstance(d, int) or not isinstance(d.value, int) or len(d.mode) != 1:
+            return None
+        else:
+            step = tuple(d.value if j == d.mode[0] else 0 for j in range(len(base)))
+        out = [tuple(c + i * s for c, s in zip(crd, step, strict=True)) for i in range(n) for crd in out]
+    return out
+
+
 _costs: dict[str, list[StoreCost]] = {}
 
 
@@ -106,11 +138,10 @@ def store_costs(step) -> list[StoreCost]:
     return _costs[name]
 
 
-def _traced_store_costs(step) -> list[StoreCost]:
+def _traced_store_costs(step, by_element: bool = False) -> list[StoreCost]:
     import cutlass
     import cutlass.cute as cute
     import torch
-    from cutlass.cute.runtime import from_dlpack
 
     from ladder.contract import set_target_arch
     set_target_arch(step.info.archs[0])                  # MMA atoms check the target arch
@@ -129,52 +160,54 @@ def _traced_store_costs(step) -> list[StoreCost]:
         outer = layout.outer if hasattr(layout, "outer") else layout
         return cute.select(outer, mode=[0, 1]) if cute.rank(outer) == 3 else outer
 
-    @cute.jit
-    def element_offsets(buffer, q_out, k_out, v_out, p_out):
-        sQ_layout, sK_layout, sVt_layout, *sP_layout = module.make_smem_layouts()
+    def smem_stores(view, sQ_layout, sK_layout, sVt_layout, sP_layout, tiled_mma):
+        """(name, the smem tile seen through ``view``, the tiled copy that stores it; None for
+        Blackwell's P, whose thread t stores its own row t, one piece of columns at a time)."""
         found["has_p"] = len(sP_layout) == 1            # from h06 on, P stays in registers
-        tiled_mma, _ = module.make_tiled_mmas(dtype)
         stores = []
         if cutlass.const_expr(found["has_p"] and hasattr(module, "row_piece")):
-            # Blackwell: thread t stores its own row t of P, one piece of columns at a time.
-            stores.append(("P", cute.make_tensor(buffer.iterator, plain(sP_layout[0])), p_out, None))
+            stores.append(("P", view(plain(sP_layout[0])), None))
         elif cutlass.const_expr(found["has_p"]):
-            stores.append(("P", cute.make_tensor(buffer.iterator, plain(sP_layout[0])), p_out,
-                           module.make_fragment_store(dtype, tiled_mma)))
+            stores.append(("P", view(plain(sP_layout[0])), module.make_fragment_store(dtype, tiled_mma)))
         if cutlass.const_expr(has_copies):
             copy = module.make_gmem_copy(dtype)
-            # Each smem tile viewed over a buffer holding 0, 1, 2, ...: reading it yields offsets.
-            sV = module.transpose_view(cute.make_tensor(buffer.iterator, plain(sVt_layout)))
-            stores += [("Q", cute.make_tensor(buffer.iterator, plain(sQ_layout)), q_out, copy),
-                       ("K", cute.make_tensor(buffer.iterator, plain(sK_layout)), k_out, copy),
-                       ("V", sV, v_out, copy)]
-        # Every element each thread of warp 0 stores, in the order its store instructions take
-        # them (a partition's first mode is one instruction's vector).
-        # Traced: the first, second and last store instruction (tracing every element of every
-        # thread takes minutes; the steps' store instructions all cost alike, see StoreCost).
-        for t in cutlass.range_constexpr(WARP):
-            for name, dst, out, tiled in stores:
-                if cutlass.const_expr(tiled is None):
-                    # Blackwell's P: thread t's own row, one piece of columns after the other
-                    piece_cols = cute.size(module.row_piece(dst, 0, 0))
-                    found["n_" + name] = cute.size(dst, mode=[1])
-                    for e in cutlass.range_constexpr(len(sampled_elements(found["n_" + name], vec[name]))):
-                        element = sampled_elements(found["n_" + name], vec[name])[e]
-                        part = module.row_piece(dst, t, element // piece_cols)
-                        out[t, element] = part[element % piece_cols]
-                else:
-                    part = tiled.get_slice(t).partition_D(dst)
-                    found["n_" + name] = cute.size(part)
-                    for e in cutlass.range_constexpr(len(sampled_elements(found["n_" + name], vec[name]))):
-                        element = sampled_elements(found["n_" + name], vec[name])[e]
-                        out[t, element] = part[element]
+            stores += [("Q", view(plain(sQ_layout)), copy), ("K", view(plain(sK_layout)), copy),
+                       ("V", module.transpose_view(view(plain(sVt_layout))), copy)]
+        return stores
 
-    cosize = 1 << 16
-    buffer = torch.arange(cosize, dtype=torch.int32)
-    outs = {name: torch.full((WARP, MAX_ELEMENTS_PER_THREAD), -1, dtype=torch.int32) for name in vec}
-    element_offsets(from_dlpack(buffer), *(from_dlpack(o) for o in outs.values()))
-    outs = {name: out[:, :found["n_" + name]] for name, out in outs.items()
-             if (name == "P" and found["has_p"]) or (name != "P" and has_copies)}
+    # Each smem tile seen over a counting tensor (element i holds i): what a thread's partition holds
+    # are the offsets it stores to, read off the partition's static layout in Python
+    # (static_coordinates): every element of every thread, in the order its store instructions take
+    # them (a partition's first mode is one instruction's vector). ``by_element`` indexes them one
+    # by one in a kernel run on the CPU instead (the first, second and last instruction; seconds).
+    offsets: dict[str, list] = {}
+
+    @cute.jit
+    def static_offsets():
+        sQ_layout, sK_layout, sVt_layout, *sP_layout = module.make_smem_layouts()
+        tiled_mma, _ = module.make_tiled_mmas(dtype)
+        ident = cute.make_identity_tensor(COUNTING)
+
+        def view(layout):
+            return cute.make_tensor(ident.iterator, cute.composition(ident.layout, layout))
+
+        for name, dst, tiled in smem_stores(view, sQ_layout, sK_layout, sVt_layout, sP_layout, tiled_mma):
+            for t in cutlass.range_constexpr(WARP):
+                if cutlass.const_expr(tiled is None):
+                    pieces = cute.size(dst, mode=[1]) // cute.size(module.row_piece(dst, 0, 0))
+                    parts = [static_coordinates(module.row_piece(dst, t, i)) for i in range(pieces)]
+                    row = None if None in parts else [x for part in parts for x in part]
+                else:
+                    row = static_coordinates(tiled.get_slice(t).partition_D(dst))
+                offsets.setdefault(name, []).append(row)
+
+    if not by_element:
+        static_offsets()
+        if any(None in rows for rows in offsets.values()):
+            raise RuntimeError(f"{step.id}: a store's partition has no static layout to read offsets from")
+        outs = {name: torch.tensor(offsets[name], dtype=torch.int32) for name in vec if name in offsets}
+    else:
+        outs = _offsets_by_element(module, dtype, plain, vec, found, smem_stores)
 
     layouts = {}
 
@@ -207,6 +240,47 @@ def _traced_store_costs(step) -> list[StoreCost]:
         costs.append(StoreCost(name, vec[name] * ELEMENT_BYTES, per_instruction[0], minimal, tuple(per_instruction),
                                out.shape[1] // vec[name], first_addresses))
     return costs
+
+
+def _offsets_by_element(module, dtype, plain, vec, found, smem_stores):
+    """The offsets of the first, second and last store instruction of each thread, indexed one by
+    one in a host kernel run on the CPU over a buffer holding 0, 1, 2, ...: the slow reading
+    (seconds per step) that ``static_coordinates`` replaces, kept to check it."""
+    import cutlass
+    import cutlass.cute as cute
+    import torch
+    from cutlass.cute.runtime import from_dlpack
+
+    @cute.jit
+    def element_offsets(buffer, q_out, k_out, v_out, p_out):
+        sQ_layout, sK_layout, sVt_layout, *sP_layout = module.make_smem_layouts()
+        tiled_mma, _ = module.make_tiled_mmas(dtype)
+        outs = {"Q": q_out, "K": k_out, "V": v_out, "P": p_out}
+
+        def view(layout):
+            return cute.make_tensor(buffer.iterator, layout)
+
+        for name, dst, tiled in smem_stores(view, sQ_layout, sK_layout, sVt_layout, sP_layout, tiled_mma):
+            out = outs[name]
+            for t in cutlass.range_constexpr(WARP):
+                if cutlass.const_expr(tiled is None):
+                    piece_cols = cute.size(module.row_piece(dst, 0, 0))
+                    found["n_" + name] = cute.size(dst, mode=[1])
+                    for e in cutlass.range_constexpr(len(sampled_elements(found["n_" + name], vec[name]))):
+                        element = sampled_elements(found["n_" + name], vec[name])[e]
+                        part = module.row_piece(dst, t, element // piece_cols)
+                        out[t, element] = part[element % piece_cols]
+                else:
+                    part = tiled.get_slice(t).partition_D(dst)
+                    found["n_" + name] = cute.size(part)
+                    for e in cutlass.range_constexpr(len(sampled_elements(found["n_" + name], vec[name]))):
+                        element = sampled_elements(found["n_" + name], vec[name])[e]
+                        out[t, element] = part[element]
+
+    buffer = torch.arange(COUNTING, dtype=torch.int32)
+    outs = {name: torch.full((WARP, MAX_ELEMENTS_PER_THREAD), -1, dtype=torch.int32) for name in vec}
+    element_offsets(from_dlpack(buffer), *(from_dlpack(o) for o in outs.values()))
+    return {name: out[:, :found["n_" + name]] for name, out in outs.items() if "n_" + name in found}
 
 
 def sampled_elements(elements: int, vec: int) -> list[int]:

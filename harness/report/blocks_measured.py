@@ -146,7 +146,7 @@ def stock_block() -> str:
                   *((f"{b['fa2_tflops']:.0f}", fmt(b["fa2_fraction"], 2)) if with_fa2 else ())]
                  for b in stock["bench"]]
         p = stock["provenance"]
-        lines.append(f"{p['gpu']}, {p['date'][:10]} (`{p['command']}`):\n")
+        lines.append(f"{p['gpu']}, {p['date'][:10]} (`{p['command']}`; FA4's kernel: {fa4_ran([stock])}):\n")
         lines.append(markdown_table(table, ["seqlen", "FA4 TFLOP/s", "cuDNN TFLOP/s", "cuDNN / FA4",
                                  *(("FA2 TFLOP/s", "FA2 / FA4") if with_fa2 else ())]) + "\n")
     return "\n".join(lines) if lines else "No recorded results yet.\n"
@@ -178,7 +178,8 @@ def experiments_block(base: str) -> str:
         commands = sorted({r["provenance"]["command"] for r in found.values()})
         lines.append(markdown_table(table, ["experiment", "what it asks", "h-mean (fraction of FA4)", f"vs {base_id}", "numerics"]))
         lines.append(f"\n{next(iter(found.values()))['provenance']['gpu']}, {', '.join(dates)}; "
-                     f"{'; '.join(f'`{c}`' for c in commands)}. See any edit with `ladder diff {base_id} exp:<name>`.\n")
+                     f"{'; '.join(f'`{c}`' for c in commands)}; {built_with(found.values())}. "
+                     f"See any edit with `ladder diff {base_id} exp:<name>`.\n")
     return "\n".join(lines) if lines else "No recorded experiments yet.\n"
 
 
@@ -231,10 +232,10 @@ def checks_block() -> str:
             by_run = {}
             for step_id, e in current.items():
                 p = e["provenance"]
-                by_run.setdefault((p["gpu"], p["date"][:10], p["command"]), []).append(step_id)
-            for (gpu_name, date, command), ids in sorted(by_run.items(), key=lambda kv: kv[0][1]):
+                by_run.setdefault((p["gpu"], p["date"][:10], p["command"], p.get("ptxas")), []).append(step_id)
+            for (gpu_name, date, command, ptxas), ids in sorted(by_run.items(), key=lambda kv: kv[0][1]):
                 ids = [s.id for s in track_steps() if s.id in ids]
-                lines.append(f"- {gpu_name}, {date}: {what} clean for {', '.join(ids)} (`{command}`)")
+                lines.append(f"- {gpu_name}, {date}: {what} clean for {', '.join(ids)} (`{command}`; ptxas {ptxas})")
             changed = sorted(set(entry) - set(current))
             if changed:
                 lines.append(f"- {what}: {', '.join(changed)} changed since checked: to be re-checked")

@@ -11,7 +11,7 @@ from harness.core.steps import resolve, track_steps
 from harness.gpu import ex2_accuracy
 from harness.model.ex2_model import BF16_ROUNDING
 from harness.report import bound_report, timeline_draw
-from harness.report.tables import NOT_RUN_B200, STALE, markdown_table
+from harness.report.tables import NOT_RUN_B200, STALE, built_with, markdown_table
 from harness.timeline import records
 from harness.timeline import simulate as timeline_sim
 
@@ -37,7 +37,7 @@ def accuracy_block(step_id: str) -> str:
                       f"{entry['max_abs_error_below_normal']:.1e}", f"{entry['elements']:,}",
                       "yes" if not entry["model_mismatches"] else f"no: {entry['model_mismatches']:,} differ"])
         notes.append(f"Recorded by `{p['command']}` on {p['gpu']} (driver {p.get('driver')}), "
-                     f"nvidia-cutlass-dsl {p['cutlass_dsl']}.")
+                     f"nvidia-cutlass-dsl {p['cutlass_dsl']}, {built_with([entry])}.")
     if table:
         lines[:0] = [markdown_table(table, ["GPU, date", "path", "max relative error (x >= -126)", "at x",
                                             "bound (bf16 rounding of P)", "max absolute error (x < -126)",
@@ -98,7 +98,7 @@ def timeline_block(step_id: str) -> str:
                      f"({cost:+.0%}) at seqlen 8k, and its output "
                      f"{'passed' if record['numerics_passed'] else 'FAILED'} FA4's numerics rule. Recorded by "
                      f"`{p['command']}` on {p['gpu']} (driver {p.get('driver')}), {p['date'][:10]}, "
-                     f"nvidia-cutlass-dsl {p['cutlass_dsl']}.")
+                     f"nvidia-cutlass-dsl {p['cutlass_dsl']}, {built_with([record])}.")
     return "\n".join(lines) + "\n"
 
 

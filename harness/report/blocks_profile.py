@@ -12,7 +12,7 @@ from harness.core.steps import resolve
 from harness.core.workloads import bench_shape
 from harness.gpu.profile import FA4, METRICS, fa4_fingerprint, stall_reasons
 from harness.model.smem_model import BANK_BYTES, BANKS, WARP, kernel_stores, store_costs, stores_alone
-from harness.report.tables import markdown_table
+from harness.report.tables import built_with, markdown_table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +66,8 @@ def profile_block(step_id: str) -> str:
             continue
         p = prof["provenance"]
         lines.append(markdown_table([list(r) for r in _profile_rows(prof["metrics"])], ["counter", "value"]))
-        lines.append(f"\nseqlen {prof['seqlen']} (bench shape), {p['gpu']}, {p['date'][:10]}, `{p['command']}`.\n")
+        lines.append(f"\nseqlen {prof['seqlen']} (bench shape), {p['gpu']}, {p['date'][:10]}, `{p['command']}`; "
+                     f"{built_with([prof])}.\n")
     return "\n".join(lines) if lines else "No recorded profile yet.\n"
 
 
@@ -97,7 +98,7 @@ def profiles_block(*step_ids: str) -> str:
                 if beside else "each column is its own ncu run")
         lines.append(f"\nseqlen {', '.join(map(str, seqlens))} (bench shape), {found[0][1]['provenance']['gpu']}, "
                      f"{' to '.join(dict.fromkeys([dates[0], dates[-1]]))}, `ladder profile <step> --record`; "
-                     f"{runs}.\n")
+                     f"{runs}; {built_with([prof for _, prof in found])}.\n")
     return "\n".join(lines) if lines else "No recorded profiles yet.\n"
 
 

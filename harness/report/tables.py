@@ -80,4 +80,7 @@ def built_with(rows) -> str:
     found = sorted({f"ptxas {p['ptxas']} ({p.get('cutlass_dsl_libs', '?')})" for r in rows
                     if (p := r.get("provenance", {})).get("ptxas")})
     missing = sum(1 for r in rows if not r.get("provenance", {}).get("ptxas"))
-    return ", ".join(found + ([f"ptxas not recorded ({missing} rows)"] if missing else []))
+    inferred = any(r.get("provenance", {}).get("ptxas_from") for r in rows)
+    return (", ".join(found + ([f"ptxas not recorded ({missing} rows)"] if missing else []))
+            + (" (inferred for records older than the GPU machine's `ladder toolchain --record`: ptxas_from)"
+               if inferred else ""))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import heapq
 
 from harness.core.markers import phase_kind
+from harness.core.memo import per_step_version
 from harness.core.steps import Step
 from harness.model import bound, protocol
 from harness.model.pipeline_model import MBarrier, ProtocolError
@@ -50,6 +51,7 @@ def durations(step: Step, gpu_key: str) -> dict:
             "copy": unit_cycles["l2"] * COPY_BYTES / (2 * step.info.tile_n * step.info.head_dim * 2)}
 
 
+@per_step_version
 def simulate(step: Step, gpu_key: str | None = None, n_blocks: int = records.KEPT_TILES) -> dict:
     """The step's simulated timeline, in the record format of ``harness.gpu.timeline_run.measure``, plus the
     tensor pipe's own lane (``tensor``)."""
