@@ -13,7 +13,7 @@ import inspect
 import pytest
 from conftest import STEPS, step_id
 
-from harness.build.compile import compile_step
+from harness.compiler.compile import compile_step
 from harness.core.steps import resolve
 from harness.model import protocol, protocol_replay, protocol_source
 from harness.model.pipeline_model import ProtocolError

@@ -8,8 +8,8 @@ import re
 import pytest
 from conftest import STEPS, step_id
 
-from harness.build import sass
-from harness.build.compile import compile_step
+from harness.compiler import sass
+from harness.compiler.compile import compile_step
 from harness.core.steps import resolve
 
 BLACKWELL = [s for s in STEPS if s.track == "blackwell"]
@@ -142,7 +142,7 @@ def test_b02_issues_tcgen05_mma_from_unswizzled_smem_descriptors():
 
 @pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
 def test_shared_storage_fits_the_227_kb_a_cta_may_use(step):
-    from harness.build.smem_budget import SMEM_PER_CTA_LIMIT, shared_storage_bytes
+    from harness.compiler.smem_budget import SMEM_PER_CTA_LIMIT, shared_storage_bytes
     size = shared_storage_bytes(step)          # the struct the kernel allocates, evaluated here
     assert step.info.smem_bytes <= size <= SMEM_PER_CTA_LIMIT
 
@@ -313,7 +313,7 @@ def test_b08_has_a_multi_stage_ring_within_the_smem_budget():
     """Stage count > 1 (metadata, the constant the kernel uses); the shared-storage struct the
     kernel allocates, evaluated on the CPU, holds the ring and stays within 227 KB; and every
     expect-tx announces one stage (one K + V pair), never the whole ring."""
-    from harness.build.smem_budget import SMEM_PER_CTA_LIMIT, shared_storage_bytes
+    from harness.compiler.smem_budget import SMEM_PER_CTA_LIMIT, shared_storage_bytes
     step, before = resolve("b08"), resolve("b07")
     stages = step.info.extra["kv_stages"]
     assert stages == step.module.NUM_STAGES > 1
@@ -361,8 +361,8 @@ _LOG2E_LO = "1.925963033500011079e-08"
 def test_b10_replaces_the_expf_sequence_by_ffma2_and_ex2_and_reads_s_once():
     """b09's library exp is the expf sequence (FFMA.SAT, FFMA.RM, log2(e)'s lo constant) around each
     MUFU.EX2; b10 has none of it, one FFMA2 per pair of scores, and loads S once per tile with one
-    tcgen05.ld of all 128 columns, where b09 made two passes of four (the O rescale's four are the same)."""
-    from harness.build import softmax_budget
+    tcgen05.ld of all 128 columns, where b09 made two passes of one per TMEM_CHUNK columns (as the O rescale does)."""
+    from harness.compiler import softmax_budget
     b09, b10 = (softmax_budget.budget(resolve(s), ARCH) for s in ("b09", "b10"))
     t09, t10 = (compile_step(resolve(s), ARCH).sass.text for s in ("b09", "b10"))
     assert b09["opcodes"]["FFMA.SAT"] == b09["opcodes"]["FFMA.RM"] >= b09["elements_per_thread"]
@@ -433,7 +433,7 @@ def test_b12_on_rescales_o_only_in_the_correction_warps_after_a_vote(sid):
     mod = step.module
     regions = _roles_by_registers(step)
     (softmax,), (correction,) = regions[mod.SOFTMAX_REGISTERS], regions[mod.CORRECTION_REGISTERS]
-    p_stores = mod.TILE_N // mod.TMEM_CHUNK                   # one x16-column store per 32 keys of P
+    p_stores = mod.TILE_N // mod.TMEM_CHUNK                   # one store per TMEM_CHUNK keys of P
     assert softmax.count("STTM") == p_stores and softmax.count("VOTE") == 0
     o_chunks = mod.NUM_Q_TILES * (mod.HEAD_DIM // mod.TMEM_CHUNK)
     assert correction.count("STTM") == correction.count("LDTM") == o_chunks
@@ -485,7 +485,7 @@ def test_b13_every_tcgen05_instruction_runs_on_the_cta_pair():
 
 def test_b13_launches_clusters_of_two_ctas():
     """The cluster shape is a launch attribute, not in the PTX; the IR's launch facts carry it."""
-    from harness.build.compile import launch_facts
+    from harness.compiler.compile import launch_facts
     facts = launch_facts(resolve("b13"), ARCH)
     assert facts["cluster_launch"] and facts["exact_cluster_dim"] == (2, 1, 1)
     assert not launch_facts(resolve("b12"), ARCH)["cluster_launch"]
@@ -600,7 +600,7 @@ def test_b13_emulates_fa4s_two_cta_share_of_the_exponentials():
 
 def test_b14_launches_one_cta_per_b200_sm_in_pairs():
     """The grid is fixed: 148 CTAs (a B200's SMs) in clusters of two, as the IR's launch facts say."""
-    from harness.build.compile import launch_facts
+    from harness.compiler.compile import launch_facts
     from harness.model import units
     mod = resolve("b14").module
     assert mod.SM_COUNT == units.gpu("b200").sms and mod.GRID_CTAS == mod.SM_COUNT // 2 * 2

@@ -1,6 +1,6 @@
 """CPU-side proof of every step: it compiles for each arch it targets (no GPU), the binary targets
 that arch, its SASS shows the mechanism it claims, and nothing spills. Each (step, arch) compiles
-once per test process (harness.build.compile memoizes); compile times are reported, not asserted."""
+once per test process (harness.compiler.compile memoizes); compile times are reported, not asserted."""
 
 import collections
 import shutil
@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import STEP_ARCHS
 
-from harness.build.compile import compile_step
+from harness.compiler.compile import compile_step
 from harness.core.paths import ROOT
 from harness.core.steps import resolve
 from harness.gpu.isolate import child_env
@@ -91,7 +91,7 @@ def test_fake_tensor_compile_matches_a_real_call_signature(tmp_path):
     import torch
     from cutlass.cute.runtime import make_fake_stream
 
-    from harness.build.sass import read_cubin
+    from harness.compiler.sass import read_cubin
     from ladder import contract
     step = resolve("01")
     t = torch.zeros(2, 256, 3, 128, dtype=torch.bfloat16)
@@ -106,7 +106,7 @@ def test_fake_tensor_compile_matches_a_real_call_signature(tmp_path):
 _COMPILE_IN_STEP = """
 import sys, time
 from pathlib import Path
-from harness.build.compile import compile_step
+from harness.compiler.compile import compile_step
 from harness.core.steps import resolve
 from ladder import contract
 
@@ -159,7 +159,7 @@ def test_a_process_asking_for_a_step_another_is_compiling_waits_and_reads_its_co
 
 _REUSE = """
 import sys
-from harness.build.compile import compile_step
+from harness.compiler.compile import compile_step
 from harness.core import toolchain
 from harness.core.steps import resolve
 from ladder import contract

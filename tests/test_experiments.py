@@ -3,7 +3,7 @@ compiles; recording and the generated block keep them apart from the ladder's ro
 
 import pytest
 
-from harness.build.compile import compile_step
+from harness.compiler.compile import compile_step
 from harness.core import experiments, results
 from harness.core.steps import resolve
 from harness.report import blocks_measured

@@ -1,4 +1,4 @@
-"""Stock FlashAttention-4's forward kernel compiled on the CPU (harness/build/fa4_sass.py): the
+"""Stock FlashAttention-4's forward kernel compiled on the CPU (harness/compiler/fa4_sass.py): the
 configuration flash_attn_func picks for the ladder's workload, its SASS mechanisms, and the
 softmax budget of its K/V loop. Each arch builds once (~10 s in a child process) and is cached
 under build/fa4/."""
@@ -6,8 +6,8 @@ under build/fa4/."""
 import pytest
 from test_softmax_budget import SYNTHETIC
 
-from harness.build import fa4_sass
-from harness.build import softmax_budget as sb
+from harness.compiler import fa4_sass
+from harness.compiler import softmax_budget as sb
 
 SMEM_LIMIT = 227 * 1024        # the most dynamic shared memory a CTA may have on sm_90 and sm_100
 
@@ -153,7 +153,7 @@ def test_h12_and_fa4_run_most_exponentials_after_the_p_v_wait(fa4):
     """What h12's writeup says the compiler does: in both kernels ptxas keeps at most a few of the
     softmax's exponentials between wait_group(1) and wait_group(0) (ptxas 13.4: none of h12's 66,
     10 of FA4's 66); most come after P V is done."""
-    from harness.build.compile import compile_step
+    from harness.compiler.compile import compile_step
     from harness.core.steps import resolve
     for name, text in (("h12", compile_step(resolve("h12"), "sm_90a").sass.text),
                        ("FA4", fa4.compile_fa4("sm_90a").sass.text)):
@@ -162,7 +162,7 @@ def test_h12_and_fa4_run_most_exponentials_after_the_p_v_wait(fa4):
 
 
 def _sass(name: str) -> str:
-    from harness.build.compile import compile_step
+    from harness.compiler.compile import compile_step
     from harness.core.steps import resolve
     return compile_step(resolve(name), "sm_90a").sass.text
 

@@ -11,9 +11,9 @@ import pytest
 from conftest import STEPS, step_id
 
 from harness import cli
-from harness.build.compile import compile_step
 from harness.cli import common as cli_common
 from harness.cli import measure as cli_measure
+from harness.compiler.compile import compile_step
 from harness.core.steps import resolve
 from harness.gpu.isolate import ChildResult
 from ladder import contract
@@ -48,7 +48,7 @@ def test_the_guard_switch_is_off_unless_turned_on(monkeypatch):
     for sm_100a only, once (cute.compile is replaced: nothing is compiled here)."""
     import cutlass.cute as cute
 
-    from harness.build.compile import TMEM_GUARD, guard_every_compile
+    from harness.compiler.compile import TMEM_GUARD, guard_every_compile
     seen = []
     monkeypatch.setattr(cute, "compile", lambda host, *args, options: seen.append(options))
     monkeypatch.setattr(contract, "compile_host", contract.compile_host)   # restored after the test
@@ -95,7 +95,7 @@ def test_a_hang_names_the_barriers_each_role_waits_on(capsys, monkeypatch):
 def test_a_step_without_a_guarded_build_runs_unguarded_in_selfcheck_guard(monkeypatch):
     """selfcheck --guard's child: b10 declares no_tmem_guard, so the guard switch stays off for it
     (and its payload says so); b08 turns it on. Nothing is compiled: both calls are replaced."""
-    from harness.build import compile as compile_mod
+    from harness.compiler import compile as compile_mod
     from harness.gpu import measure
     turned_on = []
     monkeypatch.setattr(compile_mod, "guard_every_compile", lambda: turned_on.append(True))

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from harness.build.compile import compile_step
-from harness.build.sass import expect_tx_bytes, wgmma_descriptor_layout_types
-from harness.build.smem_budget import SMEM_PER_CTA_LIMIT, shared_storage_bytes
+from harness.compiler.compile import compile_step
+from harness.compiler.sass import expect_tx_bytes, wgmma_descriptor_layout_types
+from harness.compiler.smem_budget import SMEM_PER_CTA_LIMIT, shared_storage_bytes
 from harness.core.steps import resolve, track_steps
 from harness.model.smem_model import store_costs
 
@@ -163,7 +163,7 @@ def test_h10_computes_each_exponential_with_one_ffma_and_one_ex2():
     """The library exp's range reduction goes: per score element h10's main loop has one MUFU.EX2
     (plus one per row for the rescale), about one FFMA (the folded scale), and less than half of
     h09's instructions."""
-    from harness.build.softmax_budget import budget
+    from harness.compiler.softmax_budget import budget
     h09, h10 = budget(resolve("h09"), "sm_90a"), budget(resolve("h10"), "sm_90a")
     assert not h10["ambiguous"] and not h09["ambiguous"]
     assert h10["counts"]["MUFU.EX2"] == h10["elements_per_thread"] + h10["rows_per_thread"]

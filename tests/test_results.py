@@ -116,7 +116,7 @@ def test_the_gpu_machine_builds_the_same_machine_code_as_this_one(gpu, build, en
     GPU machine compiled every step for ``ladder toolchain --record``, and as a GPU job's child does),
     this machine's ptxas makes the same instructions, byte for byte (a digest of the cubin's .text
     sections). A step changed since then is not compared."""
-    from harness.build.compile import fresh_cubin_facts
+    from harness.compiler.compile import fresh_cubin_facts
     step_id, arch = build.split()
     step = resolve(step_id)
     if entry["fingerprint"] != step.fingerprint:

@@ -2,7 +2,7 @@
 
 from collections import Counter
 
-from harness.build.sass import _INSTR_RE, mechanism_counts, target_arch
+from harness.compiler.sass import _INSTR_RE, mechanism_counts, target_arch
 
 SAMPLE = """
         /*0100*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
@@ -55,7 +55,7 @@ def test_a_tmem_a_operand_tcgen05_mma_is_told_apart_by_its_operands():
 
 
 def test_umma_descriptors_and_tmem_allocation_from_ptx():
-    from harness.build.sass import tmem_alloc_columns, umma_a_from_tmem, umma_descriptors
+    from harness.compiler.sass import tmem_alloc_columns, umma_a_from_tmem, umma_descriptors
     # K-major, no swizzle: LBO 2048 B, SBO 128 B, version 1; then a 128B-swizzled one (type 2)
     none_k = (1 << 46) | ((128 >> 4) << 32) | ((2048 >> 4) << 16)
     sw128 = (2 << 61) | (1 << 46) | ((1024 >> 4) << 32) | (1 << 16)
@@ -76,7 +76,7 @@ def test_umma_descriptors_and_tmem_allocation_from_ptx():
 
 
 def test_tmem_operand_addresses_tell_a_based_address_from_a_bare_immediate():
-    from harness.build.sass import umma_tmem_addresses
+    from harness.compiler.sass import umma_tmem_addresses
     ptx = """
 	ld.shared.b32 	%r14, [%r1+131096];
 	add.s32 	%r17, %r14, 384;
@@ -95,8 +95,8 @@ def test_the_machine_code_digest_reads_only_the_text_sections():
     a .text section changes it, one changed in another section (.nv.info: attributes) does not."""
     import struct
 
-    from harness.build.compile import compile_step
-    from harness.build.sass import machine_code_digest
+    from harness.compiler.compile import compile_step
+    from harness.compiler.sass import machine_code_digest
     from harness.core.steps import resolve
     data = bytearray(compile_step(resolve("h08"), "sm_90a").cubin.read_bytes())
     digest = machine_code_digest(bytes(data))

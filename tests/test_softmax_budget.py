@@ -1,10 +1,10 @@
-"""The softmax instruction budget (harness/build/softmax_budget.py): instructions per score element of the
+"""The softmax instruction budget (harness/compiler/softmax_budget.py): instructions per score element of the
 main loop, by class. CPU only: compiles every step and reads its SASS."""
 
 import pytest
 from conftest import STEP_ARCHS, step_id
 
-from harness.build import softmax_budget as sb
+from harness.compiler import softmax_budget as sb
 from harness.report import writeups
 
 # A kernel in nvdisasm's format with a known loop: .L_x_0 (0x20-0x120) is the tile loop, with a

@@ -6,7 +6,7 @@ import re
 import pytest
 from conftest import STEPS, step_id
 
-from harness.build.smem_budget import SMEM_PER_CTA_LIMIT
+from harness.compiler.smem_budget import SMEM_PER_CTA_LIMIT
 from harness.core.paths import ROOT
 from harness.core.steps import code_sha256, predecessor, resolve, track_steps
 from harness.model import protocol_source

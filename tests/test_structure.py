@@ -10,8 +10,8 @@ import pytest
 from harness.core.paths import ROOT
 
 # Bottom to top. A wing may import its own modules and those of the wings before it.
-WINGS = ("core", "build", "model", "timeline", "gpu", "report", "cli")
-ENTRY_POINTS = ("harness.cli", "harness.gpu.child", "harness.build.fa4_build")   # `ladder`, its child processes
+WINGS = ("core", "compiler", "model", "timeline", "gpu", "report", "cli")
+ENTRY_POINTS = ("harness.cli", "harness.gpu.child", "harness.compiler.fa4_build")   # `ladder`, its child processes
 MAX_LINES = 500
 
 

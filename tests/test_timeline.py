@@ -54,7 +54,7 @@ def test_broken_markers_are_refused():
 
 @pytest.mark.parametrize("step_name,arch", [("h08", "sm_90a"), ("h09", "sm_90a"), ("b09", "sm_100a")])
 def test_instrumented_copy_compiles_and_reads_the_clock(step_name, arch):
-    from harness.build.compile import compile_step
+    from harness.compiler.compile import compile_step
     step = resolve(step_name)
     sass = probes.compile_sass(step, arch)
     clock_reads = sass.text.count("SR_CLOCKLO")

@@ -12,8 +12,8 @@ import re
 import pytest
 from conftest import STEPS, step_id
 
-from harness.build import ptx_lint
-from harness.build.compile import compile_step
+from harness.compiler import ptx_lint
+from harness.compiler.compile import compile_step
 from harness.core.steps import resolve
 
 BLACKWELL = [s for s in STEPS if s.track == "blackwell"]

@@ -63,7 +63,7 @@ def test_gpu_matrix_pairs_gpu_with_track():
 @pytest.mark.parametrize("entry", MATRIX, ids=lambda e: e["gpu"])
 def test_ladder_commands_parse(entry):
     commands = ladder_commands(entry)
-    assert {args.command for args in commands.values()} >= {"selfcheck", "table"}
+    assert {args.command for args in commands.values()} >= {"toolchain", "selfcheck", "table"}
 
 
 @pytest.mark.parametrize("entry", MATRIX, ids=lambda e: e["gpu"])
@@ -97,3 +97,25 @@ def test_ci_script_lints_then_tests():
     code = "\n".join(line for line in (ROOT / ".ci" / "run").read_text().splitlines()
                      if not line.lstrip().startswith("#"))
     assert 0 <= code.find("make lint") < code.find("make test"), ".ci/run must run `make lint`, then `make test`"
+
+
+def test_pre_commit_runs_the_ruff_the_project_pins():
+    hooks = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())["repos"]
+    (ruff,) = [r for r in hooks if r["repo"].endswith("/ruff-pre-commit")]
+    pinned = re.search(r'"ruff==([\d.]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    assert ruff["rev"] == f"v{pinned}" and [h["id"] for h in ruff["hooks"]] == ["ruff"]
+
+
+def test_make_help_lists_every_target_with_what_it_does():
+    makefile = (ROOT / "Makefile").read_text()
+    phony = re.search(r"^\.PHONY:(.*)$", makefile, re.M).group(1).split()
+    described = dict(re.findall(r"^([a-z-]+):[^\n#]*## (.+)$", makefile, re.M))
+    assert phony and set(phony) == set(described), set(phony) ^ set(described)
+    import subprocess
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert all(re.search(rf"^  {target}\s", out, re.M) for target in phony), out
+
+
+def test_the_project_says_its_license():
+    assert (ROOT / "LICENSE").read_text().startswith("BSD 3-Clause License")
+    assert 'license = { text = "BSD-3-Clause" }' in (ROOT / "pyproject.toml").read_text()

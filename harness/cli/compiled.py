@@ -9,11 +9,11 @@ from pathlib import Path
 
 from rich.table import Table
 
-from harness.build import ptx_lint, softmax_budget
-from harness.build.compile import compile_step, cubin_facts, fresh_cubin_facts
-from harness.build.sass import MECHANISMS
-from harness.build.smem_budget import shared_storage_bytes
 from harness.cli.common import console
+from harness.compiler import ptx_lint, softmax_budget
+from harness.compiler.compile import compile_step, cubin_facts, fresh_cubin_facts
+from harness.compiler.sass import MECHANISMS
+from harness.compiler.smem_budget import shared_storage_bytes
 from harness.core import results, toolchain
 from harness.core.paths import ROOT
 from harness.core.provenance import collect, version_of
@@ -93,7 +93,7 @@ def smem_struct(step: Step) -> int | None:
 
 
 def _budget_table(step: Step, arch: str, against: Step | None) -> int:
-    """The softmax instruction budget (harness/build/softmax_budget.py): main-loop instructions per score element."""
+    """The softmax instruction budget (harness/compiler/softmax_budget.py): main-loop instructions per score element."""
     budgets = [softmax_budget.budget(s, arch) for s in ([against] if against else []) + [step]]
     headers, rows = softmax_budget.table(budgets)
     table = Table(title=f"softmax budget on {arch}: main-loop instructions per score element, per thread and K/V tile")

@@ -9,10 +9,10 @@ from pathlib import Path
 from rich.progress import Progress
 from rich.table import Table
 
-from harness.build.compile import compile_step
 from harness.cli import common
 from harness.cli.common import DEFAULT_TIMEOUT, arch_to_run, console, recorded_summary, select_steps
 from harness.cli.compiled import fingerprint_problems, sass_table
+from harness.compiler.compile import compile_step
 from harness.core import results
 from harness.core.steps import Step, discover, resolve
 from harness.gpu.isolate import run_job

@@ -276,13 +276,13 @@ EXPERIMENTS = {e.name: e for e in (
                  "    grid = (cute.size(mQ.shape[1]) // TILE_M * cute.size(mQ.shape[0]) * cute.size(mQ.shape[2]), 1, 1)\n"),)),
     Experiment("h12-pinned-exponentials", "h12",
                "h12 with all of the softmax's exponentials (and the row sums' adds) before wait_group(0), "
-               "not mostly after it as ptxas schedules them", _pin_before_wait_edits(" " * 12, "row_sum"), scratch_stores=True),
+               "not after it as ptxas schedules them", _pin_before_wait_edits(" " * 12, "row_sum"), scratch_stores=True),
     Experiment("h13-pinned-exponentials", "h13", "h13 with all exponentials (and the row sums' adds) "
                "before wait_group(0)", _pin_before_wait_edits(" " * 12, "row_sum"), scratch_stores=True),
     Experiment("h14-pinned-exponentials", "h14", "h14 with all exponentials (and the row sums' adds) "
                "before wait_group(0)", _pin_before_wait_edits(" " * 16, "row_sum"), scratch_stores=True),
-    Experiment("h14-pinned-max", "h14", "h14 with both rows' max reductions before wait_group(0), as "
-               "ptxas places them in h13 (in h14 it leaves one row's shuffles after the wait)",
+    Experiment("h14-pinned-max", "h14", "h14 with both rows' max reductions before wait_group(0) (ptxas 13.4 "
+               "leaves one row's shuffles after the wait, in h13 and h14 alike)",
                _pin_before_wait_edits(" " * 16, "row_max"), scratch_stores=True),
     Experiment("h14-uniform-descriptors", "h14",
                "h14 with the wgmma operand fragments (smem descriptors) sliced by the warpgroup's first "

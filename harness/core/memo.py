@@ -16,6 +16,7 @@ import copy
 import fcntl
 import functools
 import hashlib
+import inspect
 import json
 from pathlib import Path
 from typing import Callable
@@ -47,7 +48,10 @@ def path_for(kind: str, key: dict) -> Path:
 
 
 def remembered(kind: str, key: dict, compute: Callable[[], object]):
-    """``compute()``'s JSON-able value for ``key``, computed at most once per build directory."""
+    """``compute()``'s JSON-able value for ``key``, computed at most once per build directory. The
+    text of the module that defines ``compute`` is part of the key: editing the model recomputes."""
+    source = Path(inspect.getsourcefile(compute)).read_bytes()
+    key = {**key, "computed_by": hashlib.sha256(source).hexdigest()}
     path = path_for(kind, key)
 
     def read():

@@ -124,7 +124,7 @@ def compile_sass(step: Step, arch: str, packed: bool):
     """Compile the element-wise kernel for ``arch`` on any machine (fake tensors) and read its SASS."""
     from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
-    from harness.build import sass
+    from harness.compiler import sass
 
     def vector():
         return make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)

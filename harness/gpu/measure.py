@@ -104,6 +104,6 @@ def selfcheck_step(step_id: str, guard: bool = False) -> dict:
     # A step that declares it cannot be built with guardrails (``no_tmem_guard``) runs without them.
     guard = guard and not step.info.extra.get("no_tmem_guard")
     if guard:
-        from harness.build.compile import guard_every_compile
+        from harness.compiler.compile import guard_every_compile
         guard_every_compile()
     return {"step": step.id, "guard": guard, "numerics": check_numerics(step, cases=workloads.TINY_CASES)}

@@ -127,8 +127,8 @@ def _store_wavefronts(step) -> float:
 @per_step_version
 def demands(step, gpu_key: str) -> tuple[dict, dict]:
     """(unit -> cycles per CTA and tile, facts used) for a ladder step."""
-    from harness.build import softmax_budget
-    from harness.build.compile import compile_step
+    from harness.compiler import softmax_budget
+    from harness.compiler.compile import compile_step
     gpu = units.gpu(gpu_key)
     arch = gpu.arch if gpu.arch in step.info.archs else step.info.archs[0]
     report = compile_step(step, arch)
@@ -248,8 +248,8 @@ FA4_STRUCTURE = {
 
 def fa4_bound(gpu_key: str = "h200") -> Bound:
     """FA4's forward kernel for the ladder's workload, compiled on this machine for the GPU's
-    architecture (harness/build/fa4_sass.py), through the same model."""
-    from harness.build import fa4_sass
+    architecture (harness/compiler/fa4_sass.py), through the same model."""
+    from harness.compiler import fa4_sass
     gpu = units.gpu(gpu_key)
     b = fa4_sass.fa4_budget(gpu.arch)
     meta = b["fa4"]

@@ -308,7 +308,7 @@ def find_hazards(body: list, feeds=frozenset(), prologue: list = (), tail: list 
 
 
 def step_program(step) -> tuple[Program, set]:
-    from harness.build.compile import compile_step
+    from harness.compiler.compile import compile_step
     ptx = compile_step(step, "sm_100a").ptx.read_text()
     return program(ptx, step.info.extra["tmem_map"], step.info.extra.get("tmem_aliases"))
 

@@ -4,9 +4,9 @@
 
 from __future__ import annotations
 
-from harness.build import softmax_budget as sb
-from harness.build.compile import compile_step
-from harness.build.sass import MECHANISMS, ROLE_OPCODES, register_regions
+from harness.compiler import softmax_budget as sb
+from harness.compiler.compile import compile_step
+from harness.compiler.sass import MECHANISMS, ROLE_OPCODES, register_regions
 from harness.core import results
 from harness.core.paths import ROOT
 from harness.core.steps import predecessor, resolve
@@ -132,7 +132,7 @@ def code_block(step_id: str, against: str | None = None) -> str:
 
 
 def budget_block(*step_ids: str) -> str:
-    """The softmax instruction budget (harness/build/softmax_budget.py) of each step on each of its archs:
+    """The softmax instruction budget (harness/compiler/softmax_budget.py) of each step on each of its archs:
     main-loop instructions per score element by class, and for sm_100a the issue-cycle arithmetic
     per K/V tile against the tensor cores' cycles."""
     steps = [resolve(s) for s in step_ids]

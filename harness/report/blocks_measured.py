@@ -232,10 +232,11 @@ def checks_block() -> str:
             by_run = {}
             for step_id, e in current.items():
                 p = e["provenance"]
-                by_run.setdefault((p["gpu"], p["date"][:10], p["command"], p.get("ptxas")), []).append(step_id)
+                ptxas = f"ptxas {p.get('ptxas')}" + (" (inferred: ptxas_from)" if p.get("ptxas_from") else "")
+                by_run.setdefault((p["gpu"], p["date"][:10], p["command"], ptxas), []).append(step_id)
             for (gpu_name, date, command, ptxas), ids in sorted(by_run.items(), key=lambda kv: kv[0][1]):
                 ids = [s.id for s in track_steps() if s.id in ids]
-                lines.append(f"- {gpu_name}, {date}: {what} clean for {', '.join(ids)} (`{command}`; ptxas {ptxas})")
+                lines.append(f"- {gpu_name}, {date}: {what} clean for {', '.join(ids)} (`{command}`; {ptxas})")
             changed = sorted(set(entry) - set(current))
             if changed:
                 lines.append(f"- {what}: {', '.join(changed)} changed since checked: to be re-checked")

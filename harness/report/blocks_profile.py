@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness.build.compile import compile_step
+from harness.compiler.compile import compile_step
 from harness.core import experiments, results
 from harness.core.steps import resolve
 from harness.core.workloads import bench_shape

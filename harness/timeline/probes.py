@@ -163,7 +163,7 @@ def compile_sass(step: Step, arch: str):
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_tensor
 
-    from harness.build import sass
+    from harness.compiler import sass
     from ladder import contract
 
     q, k, v, o, scale, stream = contract.fake_arguments()

@@ -13,7 +13,7 @@ holds only Q, K and V: 128 KB instead of 192, room that b08's K/V ring needs.
 
 Expect (arithmetic): little alone. The P stores were 16 conflict-free 16-byte stores per thread per
 tile (b05's store model: minimal), a small part of a serial tile; the TMEM stores that replace them
-are 4 ``tcgen05.st`` of 16 columns per thread, and the serial chain per tile is otherwise the
+are 8 ``tcgen05.st`` of 8 columns per thread, and the serial chain per tile is otherwise the
 same: expect almost nothing by itself. What it enables: 64 KB of smem back (b08), and no shared-memory
 traffic between the softmax and the MMA, so b07's roles meet only at TMEM and mbarriers.
 

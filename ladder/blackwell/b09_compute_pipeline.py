@@ -16,10 +16,10 @@ softmax of one Q tile overlaps the MMAs of the other, FA4's order (flash_fwd_sm1
 
 Expect (arithmetic, per K/V tile and CTA on a B200 SM): the four GEMMs are 4 x 2 x 128^3 FLOP =
 16.8 MFLOP at 8,192 dense bf16 FLOP/clk = 2,048 tensor cycles (512 each). The softmax of both
-warpgroups issues ~12 instructions per score element (b08's budget table) x 32,768 elements / 32
-lanes / 4 schedulers = ~3,100 issue cycles. b08 serialises them: 2,048 + ~3,100 - 512 (softmax 0
-starts while S_1 runs) = ~4,600 cycles per tile. b09 overlaps them, and the schedulers become the
-bound: ~3,100 cycles, plus the hand-off latencies the overlap does not hide. Expect +35-50% over
+warpgroups issues ~12.3 instructions per score element (b08's budget table) x 32,768 elements / 32
+lanes / 4 schedulers = ~3,160 issue cycles. b08 serialises them: 2,048 + ~3,160 - 512 (softmax 0
+starts while S_1 runs) = ~4,700 cycles per tile. b09 overlaps them, and the schedulers become the
+bound: ~3,160 cycles, plus the hand-off latencies the overlap does not hide. Expect +35-50% over
 b08. The risk is the one h09 met on the H200 (+3% there): when only one warpgroup is in its
 softmax, each scheduler has one softmax warp, whose dependent instructions issue at a fraction of
 a slot per cycle; the softmax then lasts longer than the other tile's MMAs and the overlap shrinks

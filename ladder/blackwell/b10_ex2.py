@@ -11,7 +11,7 @@ TILE_N = 128 columns of the thread's row into registers (one tcgen05.ld.32x32b.x
 max from them, then the exponentials in place.
 
 Why: after b09 the schedulers bind: ~12 issue slots per score element (b08/b09's budget table) x
-32,768 scores per K/V tile / (32 lanes x 4 schedulers) = ~3,100 cycles against the tensor core's
+32,768 scores per K/V tile / (32 lanes x 4 schedulers) = ~3,160 cycles against the tensor core's
 2,048. Scores need, per element: half an FFMA2, one MUFU.EX2, half an F2FP (bf16 pack), half an
 FADD2 and half an FMNMX3 (two new scores per three-input max) for the max, plus the O rescale (half an FMUL2 per O element).
 ex2.approx's error (a few fp32 ulps) and the fold's (the rounding of m * scale_log2, an absolute
@@ -20,14 +20,14 @@ error of half an ulp of it in the exponent) are far below the bf16 rounding of P
 Expect (arithmetic, per K/V tile and CTA on a B200 SM): issue drops to ~4 slots per score element
 (the SASS budget) = ~1,000 cycles, under the tensor core's 2,048, so the MMAs bind again, with the
 MUFU close behind: 32,768 ex2 / 16 per clock = 2,048 cycles, as long as the MMAs. b09's period was
-bound by ~3,100 issue cycles; b10's by ~2,048 (tensor core and MUFU tied), plus what the two
+bound by ~3,160 issue cycles; b10's by ~2,048 (tensor core and MUFU tied), plus what the two
 warpgroups' hand-offs do not hide: +15-25%. On Hopper the same change (h10) was measured: the
 library exp was the longest part of the softmax there too.
 
 Evidence: ``ladder sass b10 --against b09`` (MUFU.EX2 one per score plus one per row, FFMA2,
 FADD2, no FFMA.SAT/FFMA.RM and no log2(e) lo constant); ``ladder sass b10 --budget`` (instructions
-per score element <= 4, tests/test_softmax_budget.py); tests/test_blackwell_steps.py
-(the expf sequence is gone; S loaded by one tcgen05.ld per tile instead of eight);
+per score element about 4, tests/test_softmax_budget.py); tests/test_blackwell_steps.py
+(the expf sequence is gone; S loaded by one tcgen05.ld per tile instead of sixteen);
 writeups/blackwell/10-ex2.md. Compiled, not yet run on a B200.
 """
 
@@ -516,7 +516,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             # one ex2.approx.ftz (MUFU.EX2) per score. Summed, and stored (bf16, two per column)
             # over the first half of this thread's row of S_g, whose values are all in registers.
             # The row sum is accumulated in pairs too (FADD2), one pair of partial sums per chunk
-            # so that the additions form four short chains rather than one long one.
+            # so that the additions form eight short chains rather than one long one.
             neg_max_scaled = -m_new * scale_log2
             tile_sum = cutlass.Float32(0.0)
             for c in cutlass.range_constexpr(num_chunks_S):

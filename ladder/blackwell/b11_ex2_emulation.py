@@ -15,7 +15,7 @@ FADD2.RM, two FADD2, three FFMA2, two shift-adds) instead of 2 MUFU.EX2.
 
 Expect (arithmetic, per K/V tile and CTA on a B200 SM): MUFU 256 x 113 / 16 = 1,808 cycles, now
 under the tensor core's 2,048; issue +64 instructions per thread (8 pairs x 10 - 16 ex2), ~128
-cycles over the 4 schedulers, plus the spills below: ~1,000 -> ~1,230 issue cycles (SASS budget),
+cycles over the 4 schedulers, plus the spills below: ~1,040 -> ~1,240 issue cycles (SASS budget),
 still under 2,048. If b10 was bound by the MUFU tying with the tensor core (each stalling the
 other at the hand-offs), this frees a margin: +5-12%. The cost is registers: the emulation's
 temporaries on top of the 128 scores each thread holds push this 320-thread CTA past its
@@ -23,11 +23,6 @@ temporaries on top of the 128 scores each thread holds push this 320-thread CTA 
 the count is in the writeup's SASS table); FA4 gives its softmax warps 192 registers with
 setmaxnreg. On Hopper, with half the tensor rate, the MUFU is at most half busy and the same
 emulation was measured to cost time (exp:h10-exp2-emulation).
-
-A second, forced edit: TMEM_CHUNK (columns per tcgen05.ld/st of O and P) goes from 16 to 32.
-FA4's pattern is defined on 32-element fragments and the softmax converts P chunk by chunk, so a
-chunk must be a fragment (``assert EMU_FRAGMENT == TMEM_CHUNK``; a copy with 16 fails at import).
-writeups/blackwell/11-ex2-emulation.md ("A second, forced edit") says what it costs.
 
 Numerics: the polynomial's relative error is ~2^-13 at most (x >= -126), far under the bf16
 rounding of P (2^-9); measured against fp64 with the same function compiled for sm_90a on the
@@ -61,11 +56,10 @@ NUM_WARPS = SOFTMAX_WARPS + 2
 THREADS = NUM_WARPS * 32
 KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the MMA warp's tcgen05.commit alone
 NUM_STAGES = 2                     # K/V ring depth: tiles in flight ahead of the MMA warp
-# Columns per tcgen05.ld/st of O and P: 32 (b02-b10: 16), because FA4's emulation pattern goes by
-# 32-element fragments (EMU_FRAGMENT below) and the softmax applies it chunk by chunk, so the chunk
-# follows the fragment. From b07 on the CTA has 320 threads, which caps every thread at 168
-# registers. S is loaded whole (one tcgen05.ld of TILE_N columns); O and P go by TMEM_CHUNK.
-TMEM_CHUNK = 32
+# Columns per tcgen05.ld/st of O and P (16, as in b02-b10; a register-allocation knob, not part of
+# the algorithm). From b07 on the CTA has 320 threads, which caps every thread at 168 registers. S
+# is loaded whole (one tcgen05.ld of TILE_N columns); O and P go by TMEM_CHUNK.
+TMEM_CHUNK = 16
 LOG2_E = math.log2(math.e)   # exp(x) = 2^(x * log2(e))
 
 # TMEM: fp32 S0, S1 (TILE_N columns each), then fp32 O0, O1 (HEAD_DIM columns each): all 512.
@@ -88,14 +82,13 @@ EX2_CLAMP = -127.0                         # below it every x gives 2^-127's val
 ROUND_DOWN_MAGIC = float(2**23 + 2**22)    # x + 1.5*2^23 rounded down keeps floor(x) in the low mantissa bits
 # Which exponentials: FA4's 1-CTA default for head dim 128 (ex2_emu_freq 16, ex2_emu_res 4,
 # ex2_emu_start_frg 1; its 2-CTA kernel, which FA4 picks for this shape, emulates 18.75%). In each
-# EMU_FRAGMENT of a row (a TMEM_CHUNK), the last EMU_SPAN of every EMU_PERIOD elements, in every fragment but the first and the last: 2 fragments x 2 periods x 4 =
+# EMU_FRAGMENT of a row (FA4's fragment: 32 scores), the last EMU_SPAN of every EMU_PERIOD elements, in every fragment but the first and the last: 2 fragments x 2 periods x 4 =
 # 16 of 128 elements, 12.5%. FA4 keeps the first and the last fragment of a row on the MUFU; so
 # does this kernel.
 EMU_FRAGMENT = 32
 EMU_PERIOD = 16
 EMU_SPAN = 4
 EMU_FIRST_FRAGMENT = 1
-assert EMU_FRAGMENT == TMEM_CHUNK      # the softmax applies ex2_is_emulated chunk by chunk
 
 EX2_EMULATED_PER_TILE = ((TILE_N // EMU_FRAGMENT - 1 - EMU_FIRST_FRAGMENT) * (EMU_FRAGMENT // EMU_PERIOD)
                          * EMU_SPAN)        # per thread (= row) and K/V tile: 16 of 128
@@ -597,7 +590,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             # one ex2.approx.ftz (MUFU.EX2) per score. Summed, and stored (bf16, two per column)
             # over the first half of this thread's row of S_g, whose values are all in registers.
             # The row sum is accumulated in pairs too (FADD2), one pair of partial sums per chunk
-            # so that the additions form four short chains rather than one long one.
+            # so that the additions form eight short chains rather than one long one.
             neg_max_scaled = -m_new * scale_log2
             tile_sum = cutlass.Float32(0.0)
             for c in cutlass.range_constexpr(num_chunks_S):
@@ -605,7 +598,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                     r_S[c][i], r_S[c][i + 1] = cute.arch.fma_packed_f32x2(
                         (r_S[c][i], r_S[c][i + 1]), (scale_log2, scale_log2), (neg_max_scaled, neg_max_scaled))
                 for i in cutlass.range_constexpr(0, TMEM_CHUNK, 2):
-                    if ex2_is_emulated(c, i, num_chunks_S):
+                    col = c * TMEM_CHUNK + i            # the score's column: the pattern goes by fragment
+                    if ex2_is_emulated(col // EMU_FRAGMENT, col % EMU_FRAGMENT, TILE_N // EMU_FRAGMENT):
                         r_S[c][i], r_S[c][i + 1] = ex2_emulated_pair(r_S[c][i], r_S[c][i + 1])
                     else:
                         r_S[c][i] = cute.math.exp2(r_S[c][i], fastmath=True)

@@ -12,8 +12,8 @@ splits the registers: softmax 192, correction 80, the MMA and load warps 48 (FA4
 this shape); the CTA has 16 warps so that each of the four warpgroups is whole (warps 14-15 only
 give their registers back).
 
-Why: in b11 every softmax thread rescales its row of O every tile before it may hand P over: 4
-tcgen05.ld + 4 tcgen05.st of 32 columns, 64 FMUL2, a TMEM wait after each load, on the critical path
+Why: in b11 every softmax thread rescales its row of O every tile before it may hand P over: 8
+tcgen05.ld + 8 tcgen05.st of 16 columns, 64 FMUL2, a TMEM wait after each load, on the critical path
 between S and P V. Raising the max by a small step barely changes the result's range: P values
 reach at most 2^8 before the max catches up, far inside bf16 and fp32 (FA4's rule: max offset +
 threshold below the log2 of the dtype's max), and the final O / rowsum cancels the common factor.
@@ -22,7 +22,7 @@ tile needs a rescale. And whatever rescale is left runs beside the softmax, in w
 nothing else. The register split gives the softmax's 128-score row and b11's emulation room:
 b11 spills at the 168 registers a 320-thread CTA allows every thread.
 
-Expect (model, per K/V tile and CTA on a B200 SM): the softmax path loses the rescale's 8 TMEM
+Expect (model, per K/V tile and CTA on a B200 SM): the softmax path loses the rescale's 16 TMEM
 instructions, 64 FMUL2 and its TMEM round trip, and b11's spills leave it. If b11 is bound by the
 softmax's path (the MUFU and the FMA pipe nearly tie with the tensor core), +5-10%. Against it:
 at FA4's 48 registers the MMA and load warps spill (INFO's spills_at_register_cap), and some of
@@ -77,10 +77,10 @@ STATS_BARRIER = 1
 STATS_THREADS = 2 * 32
 KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the MMA warp's tcgen05.commit alone
 NUM_STAGES = 2                     # K/V ring depth: tiles in flight ahead of the MMA warp
-# Columns per tcgen05.ld/st of S or O: 32, as in b11, where FA4's emulation fragment (32 elements,
-# EMU_FRAGMENT) set it; b02-b10 use 16. S, O and P all go by TMEM_CHUNK (b10-b11 loaded S whole; see
-# the softmax below for why b12 on cannot).
-TMEM_CHUNK = 32
+# Columns per tcgen05.ld/st of S or O (16, as in b02-b11; a register-allocation knob, not part of
+# the algorithm). S, O and P all go by TMEM_CHUNK (b10-b11 loaded S whole; see the softmax below for
+# why b12 on cannot).
+TMEM_CHUNK = 16
 LOG2_E = math.log2(math.e)   # exp(x) = 2^(x * log2(e))
 
 # TMEM: fp32 S0, S1 (TILE_N columns each), then fp32 O0, O1 (HEAD_DIM columns each): all 512.
@@ -103,14 +103,13 @@ EX2_CLAMP = -127.0                         # below it every x gives 2^-127's val
 ROUND_DOWN_MAGIC = float(2**23 + 2**22)    # x + 1.5*2^23 rounded down keeps floor(x) in the low mantissa bits
 # Which exponentials: FA4's 1-CTA default for head dim 128 (ex2_emu_freq 16, ex2_emu_res 4,
 # ex2_emu_start_frg 1; its 2-CTA kernel, which FA4 picks for this shape, emulates 18.75%). In each
-# EMU_FRAGMENT of a row (a TMEM_CHUNK), the last EMU_SPAN of every EMU_PERIOD elements, in every fragment but the first and the last: 2 fragments x 2 periods x 4 =
+# EMU_FRAGMENT of a row (FA4's fragment: 32 scores), the last EMU_SPAN of every EMU_PERIOD elements, in every fragment but the first and the last: 2 fragments x 2 periods x 4 =
 # 16 of 128 elements, 12.5%. FA4 keeps the first and the last fragment of a row on the MUFU; so
 # does this kernel.
 EMU_FRAGMENT = 32
 EMU_PERIOD = 16
 EMU_SPAN = 4
 EMU_FIRST_FRAGMENT = 1
-assert EMU_FRAGMENT == TMEM_CHUNK      # the softmax applies ex2_is_emulated chunk by chunk
 
 EX2_EMULATED_PER_TILE = ((TILE_N // EMU_FRAGMENT - 1 - EMU_FIRST_FRAGMENT) * (EMU_FRAGMENT // EMU_PERIOD)
                          * EMU_SPAN)        # per thread (= row) and K/V tile: 16 of 128
@@ -706,7 +705,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             # one ex2.approx.ftz (MUFU.EX2) per score. Summed, and stored (bf16, two per column)
             # over the first half of this thread's row of S_g, whose values are all in registers.
             # The row sum is accumulated in pairs too (FADD2), one pair of partial sums per chunk
-            # so that the additions form four short chains rather than one long one.
+            # so that the additions form eight short chains rather than one long one.
             neg_max_scaled = -m_new * scale_log2
             tile_sum = cutlass.Float32(0.0)
             for c in cutlass.range_constexpr(num_chunks_S):
@@ -714,7 +713,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                     r_S[c][i], r_S[c][i + 1] = cute.arch.fma_packed_f32x2(
                         (r_S[c][i], r_S[c][i + 1]), (scale_log2, scale_log2), (neg_max_scaled, neg_max_scaled))
                 for i in cutlass.range_constexpr(0, TMEM_CHUNK, 2):
-                    if ex2_is_emulated(c, i, num_chunks_S):
+                    col = c * TMEM_CHUNK + i            # the score's column: the pattern goes by fragment
+                    if ex2_is_emulated(col // EMU_FRAGMENT, col % EMU_FRAGMENT, TILE_N // EMU_FRAGMENT):
                         r_S[c][i], r_S[c][i + 1] = ex2_emulated_pair(r_S[c][i], r_S[c][i + 1])
                     else:
                         r_S[c][i] = cute.math.exp2(r_S[c][i], fastmath=True)

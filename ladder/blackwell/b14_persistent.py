@@ -90,10 +90,10 @@ GRID_CTAS = SM_COUNT // CLUSTER_CTAS * CLUSTER_CTAS
 # K/V ring: slots of half a tile (this CTA's half of one K or one V tile, 16 KB). K_j takes ring
 # position 2j and V_j 2j + 1; KV_SLOTS = 4 keeps b12's two K/V tiles in flight.
 KV_SLOTS = 4
-# Columns per tcgen05.ld/st of S or O: 32, as in b11, where FA4's emulation fragment (32 elements,
-# EMU_FRAGMENT) set it; b02-b10 use 16. S, O and P all go by TMEM_CHUNK (b10-b11 loaded S whole; see
-# the softmax below for why b12 on cannot).
-TMEM_CHUNK = 32
+# Columns per tcgen05.ld/st of S or O (16, as in b02-b11; a register-allocation knob, not part of
+# the algorithm). S, O and P all go by TMEM_CHUNK (b10-b11 loaded S whole; see the softmax below for
+# why b12 on cannot).
+TMEM_CHUNK = 16
 LOG2_E = math.log2(math.e)   # exp(x) = 2^(x * log2(e))
 
 # TMEM (each CTA: its own 128 rows of every accumulator): fp32 S0, S1 (TILE_N columns each),
@@ -118,7 +118,7 @@ EX2_POLY = (1.0, 0.695146143436431884765625, 0.227564394474029541015625, 0.07711
 EX2_CLAMP = -127.0                         # below it every x gives 2^-127's value: < 2^-126, nothing next to a row sum >= 1
 ROUND_DOWN_MAGIC = float(2**23 + 2**22)    # x + 1.5*2^23 rounded down keeps floor(x) in the low mantissa bits
 # Which exponentials: FA4's 2-CTA setting for head dim 128 (ex2_emu_freq 10, ex2_emu_res 4,
-# ex2_emu_start_frg 1; b11-b12 had its 1-CTA 16). In each EMU_FRAGMENT of a row (a TMEM_CHUNK),
+# ex2_emu_start_frg 1; b11-b12 had its 1-CTA 16). In each EMU_FRAGMENT of a row (FA4's fragment: 32 scores),
 # the last EMU_SPAN of every EMU_PERIOD elements (elements 6-9, 16-19, 26-29), in every fragment
 # but the first and the last: 2 fragments x 3 periods x 4 = 24 of 128 elements, 18.75%. FA4 keeps
 # the first and the last fragment of a row on the MUFU; so does this kernel.
@@ -126,7 +126,6 @@ EMU_FRAGMENT = 32
 EMU_PERIOD = 10
 EMU_SPAN = 4
 EMU_FIRST_FRAGMENT = 1
-assert EMU_FRAGMENT == TMEM_CHUNK      # the softmax applies ex2_is_emulated chunk by chunk
 
 EX2_EMULATED_PER_TILE = ((TILE_N // EMU_FRAGMENT - 1 - EMU_FIRST_FRAGMENT) * (EMU_FRAGMENT // EMU_PERIOD)
                          * EMU_SPAN)        # per thread (= row) and K/V tile: 24 of 128
@@ -919,7 +918,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                 # one ex2.approx.ftz (MUFU.EX2) per score. Summed, and stored (bf16, two per column)
                 # over the first half of this thread's row of S_g, whose values are all in registers.
                 # The row sum is accumulated in pairs too (FADD2), one pair of partial sums per chunk
-                # so that the additions form four short chains rather than one long one.
+                # so that the additions form eight short chains rather than one long one.
                 neg_max_scaled = -m_new * scale_log2
                 tile_sum = cutlass.Float32(0.0)
                 for c in cutlass.range_constexpr(num_chunks_S):
@@ -927,7 +926,8 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
                         r_S[c][i], r_S[c][i + 1] = cute.arch.fma_packed_f32x2(
                             (r_S[c][i], r_S[c][i + 1]), (scale_log2, scale_log2), (neg_max_scaled, neg_max_scaled))
                     for i in cutlass.range_constexpr(0, TMEM_CHUNK, 2):
-                        if ex2_is_emulated(c, i, num_chunks_S):
+                        col = c * TMEM_CHUNK + i            # the score's column: the pattern goes by fragment
+                        if ex2_is_emulated(col // EMU_FRAGMENT, col % EMU_FRAGMENT, TILE_N // EMU_FRAGMENT):
                             r_S[c][i], r_S[c][i + 1] = ex2_emulated_pair(r_S[c][i], r_S[c][i + 1])
                         else:
                             r_S[c][i] = cute.math.exp2(r_S[c][i], fastmath=True)
@@ -959,7 +959,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
             # O / rowsum, chunk by chunk from TMEM, to bf16, into this thread's row of sO[g]. The
             # row's 16 swizzled addresses are computed here, from an opaque copy of the row index:
             # otherwise the compiler hoists them out of the work-tile loop, where they stay live
-            # through the softmax and spill.
+            # through the softmax (under ptxas 12.9 they spilled; under 13.4 they fit).
             o_row = opaque_i32(row)
             inv_sum = cute.arch.rcp_approx(row_sum)
             for c in cutlass.range_constexpr(num_chunks_O):

@@ -13,7 +13,7 @@ and so does the number of CTAs that each re-read the whole of K and V: at seqlen
 Expect (arithmetic): per K/V tile a CTA now does 2 x 4.19 MFLOP of MMA for the same 64 KB load,
 so the exposed load latency per FLOP halves. The loop is still serial (load, wait, compute), so
 expect most of that: +40-80% at the harmonic mean over h04. The CTA needs 128 KB of smem and 256
-threads x ~200 registers, so one CTA per SM. Measured on the H200: slower than h04. Against h04
+threads x ~220 registers, so one CTA per SM. Measured on the H200: slower than h04. Against h04
 held to one CTA per SM the sharing pays nearly as predicted (just under the range), but h04 runs two independent CTAs per SM that
 overlap each other's load waits and softmax, while these two warpgroups meet at a CTA barrier every
 tile and run their softmax at the same time. On Hopper this step is therefore an enabler: h09's

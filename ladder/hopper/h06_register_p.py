@@ -17,7 +17,7 @@ Expect (arithmetic): per tile and warpgroup, h05 stores 64 x 128 x 2 B = 16 KB o
 STS per thread, 32 store wavefronts per warp) and the tensor cores read it back from smem; next to
 ~2,000 cycles of MMA per tile that is a few hundred cycles of issue and a barrier, so expect a small
 gain, +0-10%. The smem drops from 128 KB to 96 KB, but registers still allow one CTA per SM (256
-threads x ~190 registers), and the lock-step between the two warpgroups (h05's writeup) is untouched.
+threads x ~170 registers), and the lock-step between the two warpgroups (h05's writeup) is untouched.
 
 Evidence: ``ladder sass h06 --against h05`` (the P V HGMMA reads A from registers; no STS);
 tests/test_hopper_steps.py; results/h200.json; writeups/hopper/06-register-p.md.

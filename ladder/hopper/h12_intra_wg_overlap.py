@@ -6,8 +6,8 @@ cores now issues two GEMMs without waiting in between, S_j = Q K_j^T and O += P_
 hands the turn over, waits only for the first (``wait_group(1)``), runs the softmax of tile j on
 S_j while P_{j-1} V_{j-1} runs, then waits for it (``wait_group(0)``), converts P_j to bf16 into the
 registers that P V has finished reading, and rescales O, which P V has finished writing. (In the
-SASS, ptxas moves most of the softmax's exponentials after the second wait, since nothing reads
-them before it; FA4's kernel compiles to the same order.) The first
+SASS, ptxas moves all of the softmax's exponentials after the second wait, since nothing reads them
+before it; FA4's kernel compiles to nearly the same order, 10 of its 66 before that wait.) The first
 tile is half an iteration (QK^T and softmax, no P V), the last is the other half (the last P V
 alone), as FA4's ``first_half_block_overlap`` / ``last_half_block_overlap``. The rescale of O,
 part of h11's softmax, waits until after ``wait_group(0)``: the softmax computes each row's factor

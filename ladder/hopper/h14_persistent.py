@@ -21,9 +21,9 @@ epilogue of each CTA take a few thousand cycles: a few percent, about half as mu
 quarter at 16k. The tiles per CTA also even out: 4k has 32 x 16 x 4 = 2,048 tiles, 15.5 per SM.
 Expect +1-4% over h13, most at 4k.
 
-Measured: slower than h13, not faster. The loop is h13's, nested one level deeper, and ptxas
-schedules it differently (one row's max reduction straddles wait_group(0)); the writeup takes the
-loss apart with experiments and profiles beside FA4's kernel.
+Measured: slower than h13, not faster. The loop is h13's, nested one level deeper, and ptxas 13.4
+schedules it as h13's (in both, one row's max shuffles come after wait_group(0)); the writeup takes
+the loss apart with experiments (max pin, uniform descriptors) and profiles beside FA4's kernel.
 
 Evidence: ``ladder sass h14 --against h13``; tests/test_hopper_steps.py (grid = SM_COUNT, the
 tile loop in the SASS, the scheduler's tile order covers every tile once for shapes that do not

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.build import sass as sass_mod
+from harness.compiler import sass as sass_mod
 from harness.core import toolchain
 from harness.core.memo import exclusive
 from harness.core.paths import BUILD, ROOT
@@ -198,7 +198,7 @@ def cubin_facts(step: Step, arch: str) -> dict:
     return {"ptxas": toolchain.cubin_ptxas(data), "machine_code": sass_mod.machine_code_digest(data)}
 
 
-_FRESH = ("import json, sys; from harness.build.compile import cubin_facts; from harness.core.steps import resolve; "
+_FRESH = ("import json, sys; from harness.compiler.compile import cubin_facts; from harness.core.steps import resolve; "
           "print(json.dumps(cubin_facts(resolve(sys.argv[1]), sys.argv[2])))")
 
 

@@ -67,9 +67,10 @@ issue one warp-instruction each per clock and nothing else competes for them.
 from __future__ import annotations
 
 import re
-from harness.core.memo import per_step_version
 from collections import Counter
 from dataclasses import dataclass
+
+from harness.core.memo import per_step_version
 
 # (class, full-mnemonic pattern), first match wins; "other" takes the rest.
 CLASSES: tuple[tuple[str, str], ...] = (
@@ -420,7 +421,7 @@ def budget(step, arch: str) -> dict:
     ``loop`` (where it is, its size, conditional blocks, inner loops) and ``ambiguous`` (reasons
     not to trust the numbers; empty when the checks pass).
     See the module docstring for the method."""
-    from harness.build.compile import compile_step
+    from harness.compiler.compile import compile_step
     report = compile_step(step, arch)
     threads = softmax_threads(step)
     elements = step.info.tile_m * step.info.tile_n // threads

@@ -1,6 +1,6 @@
-"""The child side of harness/build/fa4_sass.py: FA4's forward kernel object built as
+"""The child side of harness/compiler/fa4_sass.py: FA4's forward kernel object built as
 ``flash_attn_func`` builds it, checked against the interface's own choice, and compiled for the ladder's
-workload with fake tensors. Runs in its own process (``python -m harness.build.fa4_build build ARCH
+workload with fake tensors. Runs in its own process (``python -m harness.compiler.fa4_build build ARCH
 DIR``): importing flash_attn patches CuTe's tensor classes process-wide; the build replaces
 ``cutlass.utils.HardwareInfo``. The parent (fa4_sass.py) reads what this writes into DIR.
 """
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.build.fa4_sass import EX2_EMU_RES, SM_COUNT, WORKLOAD, ex2_emulated, fa4_budget, versions, ARCHS
+from harness.compiler.fa4_sass import EX2_EMU_RES, SM_COUNT, WORKLOAD, ex2_emulated, versions
 from reference.stock import config_of_key, fa4_compile_keys
 
 
@@ -228,7 +228,7 @@ def _build(arch: str, out: Path, two_cta: bool | None) -> None:
 def main(argv: list[str]) -> int:
     """``build ARCH DIR [--two-cta | --one-cta]``: build into DIR (kernel.cubin, kernel.ptx, meta.json)."""
     if len(argv) < 3 or argv[0] != "build":
-        print("usage: python -m harness.build.fa4_build build ARCH DIR [--two-cta | --one-cta]", file=sys.stderr)
+        print("usage: python -m harness.compiler.fa4_build build ARCH DIR [--two-cta | --one-cta]", file=sys.stderr)
         return 2
     arch, out = argv[1], Path(argv[2])
     two_cta = {"--two-cta": True, "--one-cta": False}.get(argv[3]) if len(argv) > 3 else None

@@ -16,7 +16,7 @@ must equal ours attribute by attribute (``meta["interface_check"]``); a disagree
 Compiling the intercepted object instead gives SASS identical to ours (checked by hand once, FA4
 4.0.0b36: same instructions, names aside).
 
-It all runs in a child process (``python -m harness.build.fa4_build build ARCH DIR``, harness/build/fa4_build.py): importing
+It all runs in a child process (``python -m harness.compiler.fa4_build build ARCH DIR``, harness/compiler/fa4_build.py): importing
 flash_attn imports quack, which patches CuTe's tensor classes process-wide; the build sets the
 DSL's target arch and replaces ``cutlass.utils.HardwareInfo`` (FA4's persistent scheduler asks the
 device for its SM count while tracing: B200's 148, H100/H200's 132 are given; they only size the
@@ -58,8 +58,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.build import sass as sass_mod
-from harness.build import softmax_budget as sb
+from harness.compiler import sass as sass_mod
+from harness.compiler import softmax_budget as sb
 from harness.core import toolchain
 from harness.core.memo import exclusive
 from harness.core.paths import BUILD, ROOT
@@ -197,7 +197,7 @@ def _child_env(arch: str) -> dict:
 
 
 def _run_child(arch: str, two_cta: bool | None, work: Path, timeout: float) -> None:
-    cmd = [sys.executable, "-m", "harness.build.fa4_build", "build", arch, str(work)]
+    cmd = [sys.executable, "-m", "harness.compiler.fa4_build", "build", arch, str(work)]
     if two_cta is not None:
         cmd.append("--two-cta" if two_cta else "--one-cta")
     start = time.perf_counter()
@@ -225,7 +225,7 @@ def _load(folder: Path, cached: bool) -> Fa4Build:
     meta = json.loads((folder / "meta.json").read_text())
     if meta["interface_check"] not in ("agrees", "forced"):
         raise RuntimeError(f"FA4 build in {folder}: {meta['interface_check']}")
-    from harness.build.compile import threads_per_cta
+    from harness.compiler.compile import threads_per_cta
     ptx = (folder / "kernel.ptx").read_text()
     fields = {k: meta[k] for k in ("arch", "compile_seconds", "tile_m", "tile_n", "head_dim", "two_cta",
                                    "smem_bytes", "notes", "m_block_size", "q_stage", "num_stages",
