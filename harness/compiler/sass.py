@@ -262,34 +262,30 @@ def umma_tmem_addresses(ptx: str) -> list[tuple[str, str | None, int]]:
     return found
 
 
-def tmem_alloc_columns(ptx: str) -> list[int]:
-    """The column count of every ``tcgen05.alloc`` in ``ptx`` (an immediate or a register set
-    from one)."""
+def _constant_operands(ptx: str, pattern: str, what: str) -> list[int]:
+    """The value of the operand ``pattern`` captures in each match in ``ptx``: an immediate, or a
+    register resolved through its ``mov`` of an immediate."""
     movs = dict(re.findall(r"mov\.[bu]32\s+(%r\d+),\s*(\d+);", ptx))
     counts = []
-    for operand in re.findall(r"tcgen05\.alloc[^;]*,\s*(%r\d+|\d+);", ptx):
+    for operand in re.findall(pattern, ptx):
         value = operand if operand.isdigit() else movs.get(operand)
         if value is None:
-            raise ValueError(f"tcgen05.alloc column count {operand} is not a constant")
+            raise ValueError(f"{what} {operand} is not a constant")
         counts.append(int(value))
     return counts
 
 
-_EXPECT_TX_RE = re.compile(r"mbarrier\.arrive\.expect_tx[^;]*,\s*(%r\d+|\d+);")
+def tmem_alloc_columns(ptx: str) -> list[int]:
+    """The column count of every ``tcgen05.alloc`` in ``ptx`` (an immediate or a register set
+    from one)."""
+    return _constant_operands(ptx, r"tcgen05\.alloc[^;]*,\s*(%r\d+|\d+);", "tcgen05.alloc column count")
 
 
 def expect_tx_bytes(ptx: str) -> list[int]:
     """The byte count of every ``mbarrier.arrive.expect_tx`` in ``ptx``: what each arrive tells
     the barrier to wait for. A count the TMA copies never deliver is a deadlock, visible here on a
     CPU. Register operands are resolved through their ``mov`` of an immediate."""
-    movs = dict(re.findall(r"mov\.[bu]32\s+(%r\d+),\s*(\d+);", ptx))
-    counts = []
-    for operand in _EXPECT_TX_RE.findall(ptx):
-        value = operand if operand.isdigit() else movs.get(operand)
-        if value is None:
-            raise ValueError(f"expect_tx count {operand} is not a constant")
-        counts.append(int(value))
-    return counts
+    return _constant_operands(ptx, r"mbarrier\.arrive\.expect_tx[^;]*,\s*(%r\d+|\d+);", "expect_tx count")
 
 
 # setmaxnreg in SASS: USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xc0 (increase to 192) or
