@@ -87,8 +87,8 @@ def _replay(module, source):
 B08_TAIL = """            cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
 
     elif warp_idx == MMA_WARP:"""
-B07_TAIL = """        _, parity = ring_position(n_blocks)
-        cute.arch.mbarrier_wait(kv_empty, parity ^ 1)
+B07_TAIL = """    _, parity = ring_position(n_blocks)
+    cute.arch.mbarrier_wait(kv_empty, parity ^ 1)
 """
 _P_FULL = "mbarrier_init(p_full + g, TILE_M)"
 _KV_EMPTY = "mbarrier_init(kv_empty + stage, NUM_CONSUMER_WARPS)"

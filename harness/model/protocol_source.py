@@ -1,6 +1,8 @@
 """A kernel's barrier protocol read from its source (``extract``): the kernel function walked as
-Python syntax, warp by warp, every branch and loop around a barrier operation decided; what the
-operations are and what the replay checks is in harness/model/protocol.py.
+Python syntax, warp by warp, every branch and loop around a barrier operation decided, and every
+call of a module-level function that holds barrier operations (a warp role: ``load_warp(...)``)
+walked in turn with its parameters bound to the caller's arguments; what the operations are and
+what the replay checks is in harness/model/protocol.py.
 """
 
 from __future__ import annotations
@@ -38,12 +40,18 @@ def _call_name(call: ast.Call) -> str | None:
     return None
 
 
+def _called_function(call: ast.Call) -> str | None:
+    """The name of the module-level function a call calls (``load_warp(...)``), if it is one."""
+    return call.func.id if isinstance(call.func, ast.Name) else None
+
+
 def _has_barrier_op(node: ast.AST) -> bool:
     """Whether any call under ``node`` is a barrier operation; kept on the node (the walk asks again
     for every statement it enters, and a parsed source is reused: ``_parsed``)."""
     found = getattr(node, "_ladder_barrier_op", None)
     if found is None:
-        found = any(isinstance(n, ast.Call) and _call_name(n) for n in ast.walk(node))
+        found = any(isinstance(n, ast.Call) and (_call_name(n) or getattr(n, "_ladder_role", None))
+                    for n in ast.walk(node))
         node._ladder_barrier_op = found
     return found
 
@@ -51,8 +59,24 @@ def _has_barrier_op(node: ast.AST) -> bool:
 @functools.lru_cache(maxsize=64)
 def _parsed(source: str) -> ast.Module:
     """A step file's syntax tree, parsed once per text (extract runs for many tile counts and
-    schedules); nothing here changes it."""
-    return ast.parse(source)
+    schedules). Every call of a module-level function that reaches a barrier operation, directly
+    or through another such call, is marked with the callee's definition (``_ladder_role``)."""
+    tree = ast.parse(source)
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    calls = {name: [c for c in ast.walk(d) if isinstance(c, ast.Call) and _called_function(c) in defs]
+             for name, d in defs.items()}
+    roles = {name for name, d in defs.items()
+             if any(isinstance(c, ast.Call) and _call_name(c) for c in ast.walk(d))}
+    grown = True
+    while grown:                      # a function that calls a role is a role too
+        more = {name for name, cs in calls.items() if any(_called_function(c) in roles for c in cs)}
+        grown = bool(more - roles)
+        roles |= more
+    for cs in calls.values():
+        for c in cs:
+            if _called_function(c) in roles - {"kernel"}:
+                c._ladder_role = defs[_called_function(c)]
+    return tree
 
 
 def _kernel_def(source: str) -> ast.FunctionDef:
@@ -60,11 +84,6 @@ def _kernel_def(source: str) -> ast.FunctionDef:
         if isinstance(node, ast.FunctionDef) and node.name == "kernel":
             return node
     raise ExtractionError("no `def kernel` in the step file")
-
-
-def _helpers_with_barriers(source: str) -> list[str]:
-    return [n.name for n in _parsed(source).body
-            if isinstance(n, ast.FunctionDef) and n.name != "kernel" and _has_barrier_op(n)]
 
 
 class _Walk:
@@ -139,8 +158,50 @@ class _Walk:
         for s in stmts:
             self.stmt(s)
 
+    def call(self, call: ast.Call, fn: ast.FunctionDef):
+        """Walk a role function's body with its parameters bound to ``call``'s arguments (those
+        the walk can decide; the others unknown) in a scope of its own, as Python would."""
+        a = fn.args
+        if a.vararg or a.kwarg or a.posonlyargs or a.kwonlyargs:
+            raise ExtractionError(f"line {fn.lineno}: `{fn.name}` takes *args, **kwargs or keyword-only "
+                                  "parameters: not modelled")
+        params = [p.arg for p in a.args]
+        given = dict(zip(params, call.args, strict=False))
+        if len(call.args) > len(params) or any(isinstance(x, ast.Starred) for x in call.args):
+            raise ExtractionError(f"line {call.lineno}: the call of `{fn.name}` does not match its parameters")
+        for k in call.keywords:
+            if k.arg not in params or k.arg in given:
+                raise ExtractionError(f"line {call.lineno}: `{fn.name}` has no parameter {k.arg!r} "
+                                      "(or gets it twice)")
+            given[k.arg] = k.value
+        defaults = dict(zip(params[len(params) - len(a.defaults):], a.defaults, strict=True))
+        scope = {k: self.env[k] for k in _PARAMS}
+        for name in params:
+            node = given.get(name, defaults.get(name))
+            if node is None:
+                raise ExtractionError(f"line {call.lineno}: the call of `{fn.name}` leaves {name!r} unset")
+            try:
+                scope[name] = self.value(node)
+            except Exception:
+                pass                       # not decidable here: unknown inside too
+        outer, self.env = self.env, scope
+        try:
+            self.block(fn.body)
+        finally:
+            self.env = outer
+
     def stmt(self, s):
-        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and _call_name(s.value):
+        role = getattr(s.value, "_ladder_role", None) if isinstance(s, (ast.Expr, ast.Assign)) else None
+        if role is None and isinstance(s, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)) and any(
+                getattr(n, "_ladder_role", None) for n in ast.walk(s)):
+            raise ExtractionError(f"line {s.lineno}: a call of a function with barrier operations inside an "
+                                  "expression is not modelled: call it as a statement")
+        if role is not None:
+            self.call(s.value, role)
+            if isinstance(s, ast.Assign):  # what a role returns is not followed
+                for t in s.targets:
+                    self.forget(t)
+        elif isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and _call_name(s.value):
             self.op(s.value)
         elif isinstance(s, ast.Assign):
             try:
@@ -173,6 +234,8 @@ class _Walk:
             before, self.elect = self.elect, self.elect or elect
             self.block(s.body)
             self.elect = before
+        elif isinstance(s, ast.Return) and s.value is not None and _has_barrier_op(s.value):
+            raise ExtractionError(f"line {s.lineno}: a barrier operation in a return statement is not modelled")
         elif isinstance(s, (ast.While, ast.Try, ast.FunctionDef)) and _has_barrier_op(s):
             raise ExtractionError(f"line {s.lineno}: barrier operations inside a "
                                   f"{ {'While': 'while loop', 'Try': 'try', 'FunctionDef': 'nested def'}[type(s).__name__]} "
@@ -298,9 +361,6 @@ def extract(module, n_blocks: int, source: str | None = None, step: str | None =
     names them ``n_tiles``). ``source`` replaces the module's file (to check a deliberately broken
     copy)."""
     source = inspect.getsource(module) if source is None else source
-    helpers = _helpers_with_barriers(source)
-    if helpers:
-        raise ExtractionError(f"barrier operations outside `kernel` ({', '.join(helpers)}) are not modelled")
     kernel = _kernel_def(source)
     lines = source.splitlines()
     threads = module.INFO.threads

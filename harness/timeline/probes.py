@@ -26,6 +26,7 @@ end in one warp's program order: for an asynchronous MMA that is its issue, not 
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -108,8 +109,36 @@ _SIGNATURE_EDITS = ((r"(?<!\w)mO: cute\.Tensor,", f"mO: cute.Tensor, {BUFFER}: c
                     (re.escape(_SAMPLED_AT), _SAMPLED_LINE, 1))
 
 
+def _roles_with_markers(source: str) -> list[str]:
+    """The module-level functions other than ``kernel`` that a probe will run in: those holding a
+    marker, and those calling one of them (a role that calls a sub-role)."""
+    tree = ast.parse(source)
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name not in ("kernel", "host")}
+    lines = {m.line for m in markers(source)}
+    need = {name for name, d in defs.items() if any(d.lineno <= n <= d.end_lineno for n in lines)}
+    grown = True
+    while grown:
+        more = {name for name, d in defs.items() if any(
+            isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in need for c in ast.walk(d))}
+        grown = bool(more - need)
+        need |= more
+    return sorted(need)
+
+
+def _thread_buffer(text: str, roles: list[str]) -> str:
+    """Give each role function the buffer and the sampled-lane flag as its first two parameters,
+    and pass them at every call of it (calls come from the kernel or another such role)."""
+    for name in roles:
+        text, defs = re.subn(rf"^def {name}\(", f"def {name}({BUFFER}: cute.Tensor, {SAMPLED}, ", text, flags=re.M)
+        if defs != 1:
+            raise ValueError(f"timeline: `def {name}(` occurs {defs} times in the step, not once")
+        text = re.sub(rf"(?<![\w.]){name}\((?!{BUFFER}: )", f"{name}({BUFFER}, {SAMPLED}, ", text)
+    return text
+
+
 def instrumented_source(module, source: str) -> str:
-    """The step's file with every marker replaced by a probe and the buffer threaded through."""
+    """The step's file with every marker replaced by a probe and the buffer threaded through: into
+    the kernel's signature and the launch, and into every warp-role function a marker sits in."""
     check_markers(module, source)
     names = phase_names(module, source)
     lines = source.splitlines()
@@ -118,11 +147,13 @@ def instrumented_source(module, source: str) -> str:
                              f"{m.edge}, {SAMPLED})  # timeline: {m.phase} {['begin', 'end'][m.edge]}")
     text = "\n".join(lines) + "\n"
     for pattern, new, count in _SIGNATURE_EDITS:
-        found = len(re.findall(pattern, text))
-        if found != count:
+        # the sampled lane is computed in the kernel only (a role may read its own thread index)
+        where = text.index("def kernel(") if pattern == re.escape(_SAMPLED_AT) else 0
+        found = len(re.findall(pattern, text[where:]))
+        if found < count or (found > count and where == 0):
             raise ValueError(f"timeline: `{pattern}` occurs {found} times in the step, not {count}")
-        text = re.sub(pattern, lambda _m, new=new: new, text)
-    return text + _PROBE
+        text = text[:where] + re.sub(pattern, lambda _m, new=new: new, text[where:], count=count)
+    return _thread_buffer(text, _roles_with_markers(source)) + _PROBE
 
 
 def materialize(step: Step) -> Path:
