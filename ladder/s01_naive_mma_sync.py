@@ -53,25 +53,6 @@ ELEMS_PER_COPY = COPY_BITS // 16
 # smem: Q + K + V + P, all bf16, unswizzled row-major.
 SMEM_BYTES = 2 * (TILE_M * HEAD_DIM + 2 * TILE_N * HEAD_DIM + TILE_M * TILE_N)
 
-INFO = contract.StepInfo(
-    id="01",
-    slug="naive_mma_sync",
-    title="Naive baseline (mma.sync)",
-    change="warp-level mma.sync; synchronous copies into unswizzled smem; library exp; P through smem",
-    archs=("sm_90a", "sm_100a"),
-    enabler=False,
-    threads=THREADS,
-    tile_m=TILE_M,
-    tile_n=TILE_N,
-    smem_bytes=SMEM_BYTES,
-    predecessor=None,
-    sass_present=("HMMA", "LDSM", "MUFU.EX2"),
-    sass_absent=("HGMMA", "UTCHMMA", "UTMALDG", "LDGSTS"),
-    # For the bound model (harness/model/bound.py): how this kernel's roles overlap, and whether a tile's
-    # loads are waited for. A fact about the kernel, not read by it (not part of its code hash).
-    extra={"bound": {"overlap": "serial", "loads": "exposed", "ldsm_conflict": 8}}
-)
-
 
 def make_smem_layouts():
     """(sQ, sK, sVt, sP): plain row-major tiles, no swizzle, no padding (step 03 changes this).
@@ -283,6 +264,28 @@ def _mn_view(acc: cute.Tensor) -> cute.Tensor:
         stride=((layout.stride[0][1], layout.stride[1]), (layout.stride[0][0], layout.stride[2])),
     )
     return cute.make_tensor(acc.iterator, cute.composition(acc.layout, mn))
+
+
+# ------------------------------------------------------------------------------ step facts
+# What the harness reads about this step (ladder/contract.py StepInfo): not part of the kernel.
+INFO = contract.StepInfo(
+    id="01",
+    slug="naive_mma_sync",
+    title="Naive baseline (mma.sync)",
+    change="warp-level mma.sync; synchronous copies into unswizzled smem; library exp; P through smem",
+    archs=("sm_90a", "sm_100a"),
+    enabler=False,
+    threads=THREADS,
+    tile_m=TILE_M,
+    tile_n=TILE_N,
+    smem_bytes=SMEM_BYTES,
+    predecessor=None,
+    sass_present=("HMMA", "LDSM", "MUFU.EX2"),
+    sass_absent=("HGMMA", "UTCHMMA", "UTMALDG", "LDGSTS"),
+    # For the bound model (harness/model/bound.py): how this kernel's roles overlap, and whether a tile's
+    # loads are waited for. A fact about the kernel, not read by it (not part of its code hash).
+    extra={"bound": {"overlap": "serial", "loads": "exposed", "ldsm_conflict": 8}}
+)
 
 
 attention = contract.make_attention(INFO, host)

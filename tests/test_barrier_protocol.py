@@ -84,9 +84,11 @@ def _replay(module, source):
     protocol_replay.replay_many(module, source=source, n_blocks=range(1, 5), seeds=range(10))
 
 
-B08_TAIL = """            cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
+B08_TAIL = """        cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
 
-    elif warp_idx == MMA_WARP:"""
+
+@cute.jit
+def mma_warp("""
 B07_TAIL = """    _, parity = ring_position(n_blocks)
     cute.arch.mbarrier_wait(kv_empty, parity ^ 1)
 """
@@ -95,11 +97,11 @@ _KV_EMPTY = "mbarrier_init(kv_empty + stage, NUM_CONSUMER_WARPS)"
 _KV_FULL_WAIT = "cute.arch.mbarrier_wait(kv_full + stage, parity)"
 # b13 (a cluster of two CTAs): the deadlock reports name the warp and the CTA of the barrier
 _B13_KV_FULL_EXPECT = """        if cta_rank == leader:
-                    with cute.arch.elect_one():
-                        cute.arch.mbarrier_arrive_and_expect_tx(kv_full + slot, slot_bytes)"""
-_B14_LOAD_FIRST = """            first = tile_iter * n_blocks          # K/V tiles of the earlier work tiles: the ring runs on
-            for n_block in range(n_blocks):
-                # K_j, then V_j"""
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_arrive_and_expect_tx(kv_full + slot, slot_bytes)"""
+_B14_LOAD_FIRST = """        first = tile_iter * n_blocks          # K/V tiles of the earlier work tiles: the ring runs on
+        for n_block in range(n_blocks):
+            # K_j, then V_j"""
 _B13_MMA_STUCK_ON_P_FULL = r"(?s)deadlock.*mma warp 12 \(cta 0\): [^\n]*waits on cta 0's p_full"
 
 # (id, step, edits, what the error says). Each is a bug a kernel could have; the first three are
@@ -134,11 +136,11 @@ BROKEN = [
      "deadlock|no warp waits for"),
     # h09: both warpgroups hand over after the loop (one arrive left on a barrier at exit), or both
     # hand the first turn away (one arrive too many)
-    ("h09-both-hand-over-at-the-end", "h09", [("        if wg == 0:\n            cute.arch.barrier_arrive(",
-                                               "        if wg >= 0:\n            cute.arch.barrier_arrive(")],
+    ("h09-both-hand-over-at-the-end", "h09", [("    if wg == 0:\n        cute.arch.barrier_arrive(",
+                                               "    if wg >= 0:\n        cute.arch.barrier_arrive(")],
      "no generation completed"),
-    ("h09-both-pre-arrive", "h09", [("        if wg == 1:\n            cute.arch.barrier_arrive(",
-                                     "        if wg >= 0:\n            cute.arch.barrier_arrive(")],
+    ("h09-both-pre-arrive", "h09", [("    if wg == 1:\n        cute.arch.barrier_arrive(",
+                                     "    if wg >= 0:\n        cute.arch.barrier_arrive(")],
      "twice in one generation|deadlock|no generation completed"),
     # b13: the leader's commit that frees a V slot lands in its own CTA only; the peer's load warp
     # waits for that slot forever
@@ -182,7 +184,7 @@ BROKEN = [
      r"(?s)deadlock.*\(cta 1\)[^\n]*cta 1's q_empty"),
     # the softmax writes sO again before the TMA store of the previous work tile has read it
     ("b14-softmax-skips-the-so-empty-wait", "b14",
-     [("            cute.arch.mbarrier_wait(o_epi_empty + q_tile, (tile_iter % 2) ^ 1)\n", "")],
+     [("        cute.arch.mbarrier_wait(o_epi_empty + q_tile, (tile_iter % 2) ^ 1)\n", "")],
      "o_epi"),
 ]
 
@@ -194,8 +196,8 @@ def test_a_broken_copy_is_caught(sid, edits, match):
 
 
 def test_barrier_operations_the_walk_cannot_decide_are_refused():
-    module, source = _broken("b08", ("        for n_block in range(n_blocks):\n            # Tile j goes",
-                                     "        while n_blocks > 0:\n            # Tile j goes"))
+    module, source = _broken("b08", ("    for n_block in range(n_blocks):\n        # Tile j goes",
+                                     "    while n_blocks > 0:\n        # Tile j goes"))
     with pytest.raises(protocol.ExtractionError, match="while"):
         protocol_source.extract(module, 2, source=source)
 
@@ -299,8 +301,8 @@ def test_b12_without_the_mma_waiting_for_o_ready_a_softmax_warp_can_overtake_its
     """The chain that keeps a softmax warp from arriving twice before its correction warp waits
     runs through the MMA warp's wait on o_ready: without it the replay finds the double arrive
     (or o_ready completing with nobody waiting)."""
-    module, source = _broken("b12", ("                cute.arch.mbarrier_wait(o_ready + g, (n_block - 1) % 2)\n", ""),
-                             ("            cute.arch.mbarrier_wait(o_ready + g, (n_blocks - 1) % 2)\n", ""))
+    module, source = _broken("b12", ("            cute.arch.mbarrier_wait(o_ready + g, (n_block - 1) % 2)\n", ""),
+                             ("        cute.arch.mbarrier_wait(o_ready + g, (n_blocks - 1) % 2)\n", ""))
     with pytest.raises(ProtocolError):
         _replay(module, source)
 

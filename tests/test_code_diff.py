@@ -112,6 +112,22 @@ def test_a_code_edit_shows_up(tmp_path):
     assert "\n-TILE_N = 128\n+TILE_N = 64\n" in diff and changed_lines(diff) == 2
 
 
+def test_re_indentation_is_not_a_change_unless_asked(tmp_path, capsys):
+    original = resolve("h05").path
+    moved = _edited(tmp_path, "h05", "moved.py", lambda s: s.replace("TILE_N = 128", "if True:\n    TILE_N = 128", 1))
+    blind, strict = code_diff(original, moved), code_diff(original, moved, whitespace=True)
+    assert changed_lines(blind) == 1 and "\n+if True:\n     TILE_N = 128" in blind   # the moved line is context
+    assert changed_lines(strict) == 3 and "indentation ignored" not in strict
+    changed = _edited(tmp_path, "h05", "changed.py", lambda s: s.replace("TILE_N = 128", "if True:\n    TILE_N = 64", 1))
+    assert changed_lines(code_diff(original, changed)) == 3     # a moved line that also changed still shows
+    aligned = _edited(tmp_path, "h05", "aligned.py", lambda s: s.replace("TILE_N = 128", "TILE_N  =  128", 1))
+    assert code_diff(original, aligned) == "" and changed_lines(code_diff(original, aligned, whitespace=True)) == 2
+    assert cli.main(["diff", "--code", "h05", str(aligned)]) == 0
+    assert "identical code" in capsys.readouterr().out
+    assert cli.main(["diff", "--code", "--whitespace", "h05", str(aligned)]) == 0
+    assert "+TILE_N  =  128" in capsys.readouterr().out
+
+
 def test_cli_diff_code(capsys):
     assert cli.main(["diff", "--code", "h03"]) == 0
     out = capsys.readouterr().out
@@ -150,3 +166,13 @@ def test_a_long_code_block_is_cut_and_says_how_to_see_the_rest():
     short = blocks_compiled.code_block("h03")
     assert "more lines" not in short and changed_lines(short) == changed_lines(code_diff(
         resolve("h02").path, resolve("h03").path))
+
+
+def test_cli_diff_stat_counts_each_pair(capsys):
+    assert cli.main(["diff", "--stat", "--track", "hopper"]) == 0
+    out = capsys.readouterr().out
+    h03 = resolve("h03")
+    row = next(line for line in out.splitlines() if "h03" in line and "h02" in line)
+    assert f" {changed_lines(code_diff(predecessor(h03).path, h03.path))} " in row
+    assert "b03" not in out and sum("│ h" in line for line in out.splitlines()) == 13
+    assert cli.main(["diff"]) == 2

@@ -211,7 +211,7 @@ def test_h12_rescales_o_only_after_its_p_v_is_done():
     wait_group(0) in program order (the kernel source), so they never touch registers a wgmma in
     flight reads or writes."""
     import inspect
-    src = inspect.getsource(resolve("h12").module.kernel)
+    src = inspect.getsource(resolve("h12").module.consumer)
     loop = src[src.index("for n_block in range(1, n_blocks):"):src.index("# ---- Last half tile")]
     assert loop.index("warpgroup.wait_group(1)") < loop.index("online_softmax(") < loop.index("warpgroup.wait_group(0)")
     after = loop[loop.index("warpgroup.wait_group(0)"):]

@@ -196,3 +196,32 @@ def test_every_committed_row_is_shown_as_current_only_if_it_measured_this_kernel
                 assert cells[5].split()[0] == f"{results.summarize(r)['hmean']:.3f}", f"{gpu} {step_id}: {line}"
             else:
                 assert cells[2].startswith(tables.STALE), f"{gpu} {step_id}: measured another kernel: {line}"
+
+
+def test_every_carried_record_names_the_machine_code_of_the_step_as_it_is():
+    """A record re-stamped by `ladder carry` says which machine code the GPU ran; the step as it is
+    now must compile to exactly that (here, with the same ptxas), or the record is not carried."""
+    from harness.cli.carry import records
+    from harness.compiler.compile import compile_step
+    carried = [(label, sid, rec) for data in results.all_recorded().values()
+               for label, sid, rec in records(data) if "carried" in rec]
+    if not carried:
+        pytest.skip("no carried record in results/")
+    builds = {}
+    for label, sid, rec in carried:
+        key = (sid, rec["carried"]["arch"])
+        if key not in builds:
+            builds[key] = compile_step(resolve(sid), key[1]).machine_code
+        assert rec["carried"]["machine_code"] == builds[key], f"{label}: the step's machine code moved since"
+        assert rec["fingerprint"]["step"] == resolve(sid).code_sha256, f"{label}: carried, then the code changed"
+    assert builds
+
+
+def test_carry_leaves_a_record_stale_when_its_code_cannot_be_found(tmp_path):
+    from harness.cli.carry import carry
+    data = results.load(ROOT / "results" / "h200.json")
+    row = dict(data["rows"]["h05"], fingerprint={**data["rows"]["h05"]["fingerprint"], "step": "0" * 64})
+    path = tmp_path / "h200.json"
+    results.save(path, {"schema": data["schema"], "rows": {"h05": row}, "toolchain": data["toolchain"]})
+    assert carry(path) == ["rows/h05: stays stale (its recorded code is not in git history)"]
+    assert results.load(path)["rows"]["h05"]["fingerprint"]["step"] == "0" * 64

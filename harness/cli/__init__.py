@@ -16,10 +16,10 @@ import os
 import shlex
 import sys
 
-from harness.cli import browse, compiled, docs, evidence, measure
+from harness.cli import browse, carry, compiled, docs, evidence, measure
 from harness.cli.common import console
 
-COMMAND_MODULES = (browse, compiled, measure, evidence, docs)
+COMMAND_MODULES = (browse, compiled, measure, evidence, carry, docs)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,7 +12,7 @@ from rich.table import Table
 from harness.cli.common import console, recorded_summary
 from harness.core.paths import ROOT
 from harness.core.steps import discover, predecessor, resolve, track_steps
-from harness.report.code_diff import code_diff, display_path
+from harness.report.code_diff import changed_lines, code_diff, display_path
 
 
 # ---------------------------------------------------------------------------------------- list
@@ -29,7 +29,27 @@ def cmd_list(args) -> int:
 
 
 # ----------------------------------------------------------------------------------------- diff
+def cmd_diff_stat(args) -> int:
+    """Each consecutive pair's code-only diff size: what a reader of ``ladder diff --code`` faces."""
+    table = Table(title="code lines changed, step against its predecessor (docstrings and comments stripped)")
+    for col in ("step", "against", "changed lines", "with re-indentation"):
+        table.add_column(col, justify="right" if col != "step" and col != "against" else "left")
+    for step in track_steps(args.track) if args.track else discover():
+        prev = predecessor(step)
+        if prev is None:
+            continue
+        table.add_row(step.id, prev.id, str(changed_lines(code_diff(prev.path, step.path))),
+                      str(changed_lines(code_diff(prev.path, step.path, whitespace=True))))
+    console.print(table)
+    return 0
+
+
 def cmd_diff(args) -> int:
+    if args.stat:
+        return cmd_diff_stat(args)
+    if not args.a:
+        console.print("[red]ladder diff: name a step (or use --stat)[/red]")
+        return 2
     if args.b:
         a, b = resolve(args.a), resolve(args.b)
     else:
@@ -41,7 +61,7 @@ def cmd_diff(args) -> int:
                           f"Try `ladder diff{code} {b.id} <step>`.")
             return 0
     if args.code:
-        text = code_diff(a.path, b.path)
+        text = code_diff(a.path, b.path, whitespace=args.whitespace)
     else:
         lines = difflib.unified_diff(a.path.read_text().splitlines(keepends=True),
                                      b.path.read_text().splitlines(keepends=True),
@@ -72,9 +92,15 @@ def add_commands(sub) -> None:
     s.add_argument("--track", choices=("hopper", "blackwell"))
     s.set_defaults(fn=cmd_list)
     s = sub.add_parser("diff", help="unified diff of a step against its predecessor (or any other step)")
-    s.add_argument("a")
+    s.add_argument("a", nargs="?")
     s.add_argument("b", nargs="?")
-    s.add_argument("--code", action="store_true", help="code lines only: docstrings and comments stripped")
+    s.add_argument("--stat", action="store_true",
+                   help="every step's code-only diff size against its predecessor (with --track: one track)")
+    s.add_argument("--track", choices=("hopper", "blackwell"))
+    s.add_argument("--code", action="store_true",
+                   help="code lines only: docstrings and comments stripped, re-indentation ignored")
+    s.add_argument("--whitespace", action="store_true",
+                   help="with --code: show lines whose indentation or spacing changed as changes too")
     s.set_defaults(fn=cmd_diff)
     s = sub.add_parser("explain", help="render a step's writeup in the terminal")
     s.add_argument("step")

@@ -100,10 +100,10 @@ def _split_kv_edits(staged: bool):
     pad = "    " if staged else ""                     # h08 initializes its barriers in a loop
     ptrs_comment = "   # stage s: base + s" if staged else ""
     one_stage = (lambda name: f"cute.select({name}, mode=[0, 1])") if staged else (lambda name: name)
-    old_bytes = (f"            kv_bytes = (cute.size_in_bytes(dtype, {one_stage('sK_layout')})\n"
-                 f"                        + cute.size_in_bytes(dtype, {one_stage('sVt_layout')}))\n"
+    old_bytes = (f"    kv_bytes = (cute.size_in_bytes(dtype, {one_stage('sK.layout')})\n"
+                 f"                + cute.size_in_bytes(dtype, {one_stage('sVt.layout')}))\n"
                  if staged else
-                 "            kv_bytes = cute.size_in_bytes(dtype, sK_layout) + cute.size_in_bytes(dtype, sVt_layout)\n")
+                 "    kv_bytes = cute.size_in_bytes(dtype, sK.layout) + cute.size_in_bytes(dtype, sVt.layout)\n")
     return (
         (f"        kv_full: cute.struct.MemRange[cutlass.Int64, {count}]\n"
          f"        kv_empty: cute.struct.MemRange[cutlass.Int64, {count}]\n",
@@ -116,55 +116,69 @@ def _split_kv_edits(staged: bool):
          f"{pad}            cute.arch.mbarrier_init(kv_empty{at}, NUM_CONSUMER_WARPS)\n",
          "".join(f"{pad}            cute.arch.mbarrier_init({name}{at}, {arrivals})\n" for name, arrivals in
                  (("k_full", 1), ("v_full", 1), ("k_empty", "NUM_CONSUMER_WARPS"), ("v_empty", "NUM_CONSUMER_WARPS")))),
+        # the roles get the four barriers in place of the two
+        ("            producer(tma_Q, tma_K, tma_V, sQ, sK, sVt, gQ, gK, gVt, q_full, kv_full, kv_empty, n_blocks)\n",
+         "            producer(tma_Q, tma_K, tma_V, sQ, sK, sVt, gQ, gK, gVt, q_full, k_full, k_empty, v_full, v_empty,\n"
+         "                     n_blocks)\n"),
+        ("        consumer(tiled_mma, tiled_mma_pv, sQ, sK, sVt, gO, q_full, kv_full, kv_empty, softmax_scale, n_blocks)\n",
+         "        consumer(tiled_mma, tiled_mma_pv, sQ, sK, sVt, gO, q_full, k_full, k_empty, v_full, v_empty,\n"
+         "                 softmax_scale, n_blocks)\n"),
+        ("             gQ: cute.Tensor, gK: cute.Tensor, gVt: cute.Tensor, q_full, kv_full, kv_empty, n_blocks):\n",
+         "             gQ: cute.Tensor, gK: cute.Tensor, gVt: cute.Tensor, q_full, k_full, k_empty, v_full, v_empty,\n"
+         "             n_blocks):\n"),
+        ("             sVt: cute.Tensor, gO: cute.Tensor, q_full, kv_full, kv_empty, softmax_scale: cutlass.Float32,\n"
+         "             n_blocks):\n",
+         "             sVt: cute.Tensor, gO: cute.Tensor, q_full, k_full, k_empty, v_full, v_empty,\n"
+         "             softmax_scale: cutlass.Float32, n_blocks):\n"),
         (old_bytes,
-         f"            k_bytes = cute.size_in_bytes(dtype, {one_stage('sK_layout')})\n"
-         f"            v_bytes = cute.size_in_bytes(dtype, {one_stage('sVt_layout')})\n"),
-        (f"""                cute.arch.mbarrier_wait(kv_empty{at}, parity ^ 1)
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(kv_full{at}, kv_bytes)
-                cute.copy(tma_K, tKgK[None, n_block], tKsK{slot}, tma_bar_ptr=kv_full{at})
-                cute.copy(tma_V, tVgV[None, n_block], tVsV{slot}, tma_bar_ptr=kv_full{at})
-""", f"""                cute.arch.mbarrier_wait(k_empty{at}, parity ^ 1)    # K buffer free: S of its last tile done
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(k_full{at}, k_bytes)
-                cute.copy(tma_K, tKgK[None, n_block], tKsK{slot}, tma_bar_ptr=k_full{at})
-                cute.arch.mbarrier_wait(v_empty{at}, parity ^ 1)    # V buffer free: its P V done
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(v_full{at}, v_bytes)
-                cute.copy(tma_V, tVgV[None, n_block], tVsV{slot}, tma_bar_ptr=v_full{at})
+         f"    k_bytes = cute.size_in_bytes(dtype, {one_stage('sK.layout')})\n"
+         f"    v_bytes = cute.size_in_bytes(dtype, {one_stage('sVt.layout')})\n"),
+        (f"""        cute.arch.mbarrier_wait(kv_empty{at}, parity ^ 1)
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive_and_expect_tx(kv_full{at}, kv_bytes)
+        cute.copy(tma_K, tKgK[None, n_block], tKsK{slot}, tma_bar_ptr=kv_full{at})
+        cute.copy(tma_V, tVgV[None, n_block], tVsV{slot}, tma_bar_ptr=kv_full{at})
+""", f"""        cute.arch.mbarrier_wait(k_empty{at}, parity ^ 1)    # K buffer free: S of its last tile done
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive_and_expect_tx(k_full{at}, k_bytes)
+        cute.copy(tma_K, tKgK[None, n_block], tKsK{slot}, tma_bar_ptr=k_full{at})
+        cute.arch.mbarrier_wait(v_empty{at}, parity ^ 1)    # V buffer free: its P V done
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive_and_expect_tx(v_full{at}, v_bytes)
+        cute.copy(tma_V, tVgV[None, n_block], tVsV{slot}, tma_bar_ptr=v_full{at})
 """),
-        (f"            cute.arch.mbarrier_wait(kv_full{at}, parity)\n",
-         f"            cute.arch.mbarrier_wait(k_full{at}, parity)      # K_j landed (k_full, this round)\n"),
-        ("""            warpgroup.commit_group()
-            warpgroup.wait_group(0)
+        (f"        cute.arch.mbarrier_wait(kv_full{at}, parity)\n",
+         f"        cute.arch.mbarrier_wait(k_full{at}, parity)      # K_j landed (k_full, this round)\n"),
+        ("""        warpgroup.commit_group()
+        warpgroup.wait_group(0)
 
-            # Online softmax""", f"""            warpgroup.commit_group()
-            warpgroup.wait_group(0)
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(k_empty{at})       # this warp is done with its K buffer
+        # Online softmax""", f"""        warpgroup.commit_group()
+        warpgroup.wait_group(0)
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive(k_empty{at})       # this warp is done with its K buffer
 
-            # Online softmax"""),
-        ("            # O += P V: 8 wgmmas",
-         f"            cute.arch.mbarrier_wait(v_full{at}, parity)      # V_j landed (v_full, this round)\n"
-         "            # O += P V: 8 wgmmas"),
-        (f"                cute.arch.mbarrier_arrive(kv_empty{at})\n",
-         f"                cute.arch.mbarrier_arrive(v_empty{at})\n"),
+        # Online softmax"""),
+        ("        # O += P V: 8 wgmmas",
+         f"        cute.arch.mbarrier_wait(v_full{at}, parity)      # V_j landed (v_full, this round)\n"
+         "        # O += P V: 8 wgmmas"),
+        (f"            cute.arch.mbarrier_arrive(kv_empty{at})\n",
+         f"            cute.arch.mbarrier_arrive(v_empty{at})\n"),
     )
 
 
 # h10 without h09's turns: both consumer warpgroups issue their GEMMs and run their softmax at once
 # again (h08 with h10's exponential). What ping-pong is worth once the softmax is short.
 NO_PINGPONG = (
-    ("        if wg == 1:\n"
-     "            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)\n", ""),
-    ("        cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)\n\n"
-     "        for n_block in range(n_blocks):", "\n        for n_block in range(n_blocks):"),
-    ("            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)\n"
-     "            warpgroup.wait_group(0)\n", "            warpgroup.wait_group(0)\n"),
-    ("            cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)\n"
-     "            # O += P V", "            # O += P V"),
-    ("        if wg == 0:\n"
-     "            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)\n", ""),
+    ("    if wg == 1:\n"
+     "        cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)\n", ""),
+    ("    cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)\n\n"
+     "    for n_block in range(n_blocks):", "\n    for n_block in range(n_blocks):"),
+    ("        cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)\n"
+     "        warpgroup.wait_group(0)\n", "        warpgroup.wait_group(0)\n"),
+    ("        cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)\n"
+     "        # O += P V", "        # O += P V"),
+    ("    if wg == 0:\n"
+     "        cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)\n", ""),
 )
 
 def _pin_before_wait_edits(indent: str, stat: str):
@@ -172,12 +186,18 @@ def _pin_before_wait_edits(indent: str, stat: str):
     right before wait_group(0); ptxas keeps shared-memory stores on their side of a
     WARPGROUP.DEPBAR, so everything the stored values depend on runs before the wait, under the
     P V in flight. row_sum adds up every exponential of its row (all of the tile's MUFU.EX2 and the
-    sum's FADD chain move before the wait); row_max needs only the max reductions (FMNMX, SHFL)."""
+    sum's FADD chain move before the wait); row_max needs only the max reductions (FMNMX, SHFL).
+    The slot is a field of the kernel's shared storage: the kernel hands its view to the consumer
+    role as a first parameter, ``pin``."""
     return (("        v_empty: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]\n",
              "        v_empty: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]\n"
              f"        {stat}_pin: cute.struct.MemRange[cutlass.Float32, 2 * 2 * WARPGROUP_THREADS]\n"),
+            ("    v_full, v_empty = storage.v_full.data_ptr(), storage.v_empty.data_ptr()\n",
+             "    v_full, v_empty = storage.v_full.data_ptr(), storage.v_empty.data_ptr()\n"
+             f"    pin = storage.{stat}_pin.get_tensor(cute.make_layout((2, 2 * WARPGROUP_THREADS)))\n"),
+            ("consumer(tiled_mma, ", "consumer(pin, tiled_mma, "),
+            ("\ndef consumer(", "\ndef consumer(pin: cute.Tensor, "),
             (f"{indent}# wait_group(0): P V(j-1) is done: tOrP may be overwritten and acc_O read.\n",
-             f"{indent}pin = storage.{stat}_pin.get_tensor(cute.make_layout((2, 2 * WARPGROUP_THREADS)))\n"
              f"{indent}pin[0, mma_tidx] = {stat}[0]\n"
              f"{indent}pin[1, mma_tidx] = {stat}[1]\n"
              f"{indent}# wait_group(0): P V(j-1) is done: tOrP may be overwritten and acc_O read.\n"))
@@ -219,26 +239,26 @@ EX2_EMULATION = (
      "import cutlass\nimport cutlass.cute as cute\nfrom cutlass._mlir.dialects import llvm\n"
      "from cutlass.cutlass_dsl import T, dsl_user_op\n"),
     ("\n\ndef ring_position(n_block):", _EX2_EMULATION_HELPER + "\n\ndef ring_position(n_block):"),
-    ("                p_row = cute.math.exp2(s_row * scale_log2 - m_scaled, fastmath=True)\n",
-     "                for c in cutlass.range_constexpr(cute.size(S_mn, mode=[1])):\n"
-     "                    x = S_mn[r, c] * scale_log2 - m_scaled\n"
-     "                    S_mn[r, c] = (_ex2_on_fma_pipe(x) if c % EMU_EVERY == EMU_EVERY - 1\n"
-     "                                  else cute.math.exp2(x, fastmath=True))\n"
-     "                p_row = S_mn[r, None].load()\n"),
+    ("            p_row = cute.math.exp2(s_row * scale_log2 - m_scaled, fastmath=True)\n",
+     "            for c in cutlass.range_constexpr(cute.size(S_mn, mode=[1])):\n"
+     "                x = S_mn[r, c] * scale_log2 - m_scaled\n"
+     "                S_mn[r, c] = (_ex2_on_fma_pipe(x) if c % EMU_EVERY == EMU_EVERY - 1\n"
+     "                              else cute.math.exp2(x, fastmath=True))\n"
+     "            p_row = S_mn[r, None].load()\n"),
 )
 
 
 # The wgmma operand fragments sliced by the warpgroup's first thread (warp-uniform), as FA4 does:
 # their descriptors then live in uniform registers (no R2UR before each HGMMA).
 UNIFORM_DESCRIPTORS = (
-    ("        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))\n"
-     "        tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))\n"
-     "        tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))\n",
-     "        wg_first = cute.arch.make_warp_uniform(mma_tidx // WARPGROUP_THREADS) * WARPGROUP_THREADS\n"
-     "        wg_mma, wg_mma_pv = tiled_mma.get_slice(wg_first), tiled_mma_pv.get_slice(wg_first)\n"
-     "        tSrQ = wg_mma.make_fragment_A(wg_mma.partition_A(sQ))\n"
-     "        tSrK = wg_mma.make_fragment_B(wg_mma.partition_B(sK))\n"
-     "        tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))\n"),
+    ("    tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))\n"
+     "    tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))\n"
+     "    tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))\n",
+     "    wg_first = cute.arch.make_warp_uniform(mma_tidx // WARPGROUP_THREADS) * WARPGROUP_THREADS\n"
+     "    wg_mma, wg_mma_pv = tiled_mma.get_slice(wg_first), tiled_mma_pv.get_slice(wg_first)\n"
+     "    tSrQ = wg_mma.make_fragment_A(wg_mma.partition_A(sQ))\n"
+     "    tSrK = wg_mma.make_fragment_B(wg_mma.partition_B(sK))\n"
+     "    tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))\n"),
 )
 
 
@@ -276,21 +296,21 @@ EXPERIMENTS = {e.name: e for e in (
                  "    grid = (cute.size(mQ.shape[1]) // TILE_M * cute.size(mQ.shape[0]) * cute.size(mQ.shape[2]), 1, 1)\n"),)),
     Experiment("h12-pinned-exponentials", "h12",
                "h12 with all of the softmax's exponentials (and the row sums' adds) before wait_group(0), "
-               "not after it as ptxas schedules them", _pin_before_wait_edits(" " * 12, "row_sum"), scratch_stores=True),
+               "not after it as ptxas schedules them", _pin_before_wait_edits(" " * 8, "row_sum"), scratch_stores=True),
     Experiment("h13-pinned-exponentials", "h13", "h13 with all exponentials (and the row sums' adds) "
-               "before wait_group(0)", _pin_before_wait_edits(" " * 12, "row_sum"), scratch_stores=True),
+               "before wait_group(0)", _pin_before_wait_edits(" " * 8, "row_sum"), scratch_stores=True),
     Experiment("h14-pinned-exponentials", "h14", "h14 with all exponentials (and the row sums' adds) "
-               "before wait_group(0)", _pin_before_wait_edits(" " * 16, "row_sum"), scratch_stores=True),
+               "before wait_group(0)", _pin_before_wait_edits(" " * 12, "row_sum"), scratch_stores=True),
     Experiment("h14-pinned-max", "h14", "h14 with both rows' max reductions before wait_group(0) (ptxas 13.4 "
                "leaves one row's shuffles after the wait, in h13 and h14 alike)",
-               _pin_before_wait_edits(" " * 16, "row_max"), scratch_stores=True),
+               _pin_before_wait_edits(" " * 12, "row_max"), scratch_stores=True),
     Experiment("h14-uniform-descriptors", "h14",
                "h14 with the wgmma operand fragments (smem descriptors) sliced by the warpgroup's first "
                "thread, a warp-uniform value, as FA4 slices them: no R2UR before each HGMMA",
                UNIFORM_DESCRIPTORS),
     Experiment("h14-uniform-descriptors-pinned-max", "h14",
                "h14 with both: the warp-uniform operand slicing and both rows' max reductions before "
-               "wait_group(0)", UNIFORM_DESCRIPTORS + _pin_before_wait_edits(" " * 16, "row_max"),
+               "wait_group(0)", UNIFORM_DESCRIPTORS + _pin_before_wait_edits(" " * 12, "row_max"),
                scratch_stores=True),
     Experiment("b13-one-cta-emulation", "b13",
                "b13 with b12's share of emulated exponentials (16 of 128, EMU_PERIOD 16) instead of FA4's "

@@ -122,6 +122,11 @@ def _save(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def save(path: Path, data: dict) -> None:
+    """Write a whole results file (``ladder carry`` re-stamps records in place)."""
+    _save(path, data)
+
+
 def _with_summary(label: str, row: dict) -> dict:
     """The row as stored: checked for provenance, traceback dropped, summary added."""
     prov = row.get("provenance") or {}

@@ -86,24 +86,36 @@ def display_path(path) -> str:
         return str(path)
 
 
-def code_diff(a_path, b_path, context: int = 3) -> str:
+def _spacing_blind(line: str) -> str:
+    """A line compared without its indentation and with each run of spaces as one (``diff -b -w``
+    for code): a block moved into a function, or re-aligned, compares equal."""
+    return " ".join(line.split())
+
+
+def code_diff(a_path, b_path, context: int = 3, whitespace: bool = False) -> str:
     """Unified diff of the code lines of two files ('' when their code is the same). Each hunk is
     headed by the file line numbers where it starts on either side (``@@ a.py:120 b.py:118 @@``):
-    the stripped lines have no numbers of their own."""
+    the stripped lines have no numbers of their own. Lines that differ only in indentation or
+    spacing count as the same (shown as context, as the second file has them) unless
+    ``whitespace``: moving code into a function is then not a change."""
     a = numbered_code_lines(Path(a_path).read_text())
     b = numbered_code_lines(Path(b_path).read_text())
     a_text, b_text = [t for _, t in a], [t for _, t in b]
+    key = (lambda lines: lines) if whitespace else (lambda lines: [_spacing_blind(t) for t in lines])
     out = []
-    for group in difflib.SequenceMatcher(None, a_text, b_text, autojunk=False).get_grouped_opcodes(context):
+    matcher = difflib.SequenceMatcher(None, key(a_text), key(b_text), autojunk=False)
+    for group in matcher.get_grouped_opcodes(context):
         if not out:
-            out += [f"--- {display_path(a_path)} (code only)", f"+++ {display_path(b_path)} (code only)"]
+            spacing = "" if whitespace else ", indentation ignored"
+            out += [f"--- {display_path(a_path)} (code only{spacing})",
+                    f"+++ {display_path(b_path)} (code only{spacing})"]
         i1, j1 = group[0][1], group[0][3]
         a_line = a[i1][0] if i1 < len(a) else (a[-1][0] + 1 if a else 1)
         b_line = b[j1][0] if j1 < len(b) else (b[-1][0] + 1 if b else 1)
         out.append(f"@@ {Path(a_path).name}:{a_line} {Path(b_path).name}:{b_line} @@")
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
-                out += [" " + t for t in a_text[i1:i2]]
+                out += [" " + t for t in b_text[j1:j2]]
                 continue
             out += ["-" + t for t in a_text[i1:i2]]
             out += ["+" + t for t in b_text[j1:j2]]

@@ -55,25 +55,6 @@ TMEM_COLS = 256
 SMEM_ALIGN = 1024      # the 128B swizzle repeats every 8 rows x 128 B; descriptors assume this base
 SMEM_BYTES = 2 * (TILE_M * HEAD_DIM + 2 * TILE_N * HEAD_DIM + TILE_M * TILE_N)
 
-INFO = contract.StepInfo(
-    id="b04",
-    slug="tma",
-    title="TMA loads on mbarriers",
-    change="Q/K/V loaded by TMA from one elected thread, completion on mbarriers (expect-tx)",
-    archs=("sm_100a",),
-    enabler=True,
-    threads=THREADS,
-    tile_m=TILE_M,
-    tile_n=TILE_N,
-    smem_bytes=SMEM_BYTES,
-    predecessor="b03",
-    sass_present=("UTCHMMA", "UTCBAR", "LDTM", "STTM", "UTMALDG", "MUFU.EX2"),
-    sass_absent=("HMMA", "HGMMA", "LDSM", "LDG", "LDGSTS"),
-    tmem_cols=TMEM_COLS,
-    extra={"bound": {"overlap": "serial", "loads": "exposed"},
-           "tmem_map": {"S": (TMEM_S_COL, TILE_N), "O": (TMEM_O_COL, HEAD_DIM)}},
-)
-
 
 def _umma_layout(kind, shape, mn_major=False):
     """Tile a tcgen05 smem layout atom over ``shape``; an MN-major operand is tiled along its
@@ -388,6 +369,28 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     if warp_idx == 0:
         tcgen05_fence_after_thread_sync()
         cute.arch.dealloc_tmem(tmem_base, TMEM_COLS)
+
+
+# ------------------------------------------------------------------------------ step facts
+# What the harness reads about this step (ladder/contract.py StepInfo): not part of the kernel.
+INFO = contract.StepInfo(
+    id="b04",
+    slug="tma",
+    title="TMA loads on mbarriers",
+    change="Q/K/V loaded by TMA from one elected thread, completion on mbarriers (expect-tx)",
+    archs=("sm_100a",),
+    enabler=True,
+    threads=THREADS,
+    tile_m=TILE_M,
+    tile_n=TILE_N,
+    smem_bytes=SMEM_BYTES,
+    predecessor="b03",
+    sass_present=("UTCHMMA", "UTCBAR", "LDTM", "STTM", "UTMALDG", "MUFU.EX2"),
+    sass_absent=("HMMA", "HGMMA", "LDSM", "LDG", "LDGSTS"),
+    tmem_cols=TMEM_COLS,
+    extra={"bound": {"overlap": "serial", "loads": "exposed"},
+           "tmem_map": {"S": (TMEM_S_COL, TILE_N), "O": (TMEM_O_COL, HEAD_DIM)}},
+)
 
 
 attention = contract.make_attention(INFO, host)

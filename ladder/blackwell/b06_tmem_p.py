@@ -54,29 +54,6 @@ SMEM_BYTES = 2 * (NUM_Q_TILES * TILE_M * HEAD_DIM + 2 * TILE_N * HEAD_DIM)
 # P_g (bf16, TILE_N keys = TILE_N / 2 columns) aliases the first columns of S_g.
 P_COLS = TILE_N * 16 // 32
 
-INFO = contract.StepInfo(
-    id="b06",
-    slug="tmem_p",
-    title="P in tensor memory",
-    change="P (bf16) written over its S columns in TMEM; P V as a TS-MMA (A from TMEM), no P "
-           "round trip through smem",
-    archs=("sm_100a",),
-    enabler=True,
-    threads=THREADS,
-    tile_m=NUM_Q_TILES * TILE_M,
-    tile_n=TILE_N,
-    smem_bytes=SMEM_BYTES,
-    predecessor="b05",
-    sass_present=("UTCHMMA", "UTCHMMA.TS", "UTCBAR", "LDTM", "STTM", "UTMALDG", "MUFU.EX2"),
-    sass_absent=("HMMA", "HGMMA", "LDSM", "LDG", "LDGSTS"),
-    tmem_cols=TMEM_COLS,
-    extra={"bound": {"overlap": "lockstep", "loads": "exposed"},
-           "tmem_map": {"S0": (TMEM_S_COL[0], TILE_N), "S1": (TMEM_S_COL[1], TILE_N),
-                        "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)},
-           "tmem_aliases": {"P0": ("S0", 0, P_COLS), "P1": ("S1", 0, P_COLS)},
-           "q_tiles": NUM_Q_TILES},
-)
-
 
 def _umma_layout(kind, shape, mn_major=False):
     """Tile a tcgen05 smem layout atom over ``shape``; an MN-major operand is tiled along its
@@ -435,6 +412,32 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     if warp_idx == 0:
         tcgen05_fence_after_thread_sync()
         cute.arch.dealloc_tmem(tmem_base, TMEM_COLS)
+
+
+# ------------------------------------------------------------------------------ step facts
+# What the harness reads about this step (ladder/contract.py StepInfo): not part of the kernel.
+INFO = contract.StepInfo(
+    id="b06",
+    slug="tmem_p",
+    title="P in tensor memory",
+    change="P (bf16) written over its S columns in TMEM; P V as a TS-MMA (A from TMEM), no P "
+           "round trip through smem",
+    archs=("sm_100a",),
+    enabler=True,
+    threads=THREADS,
+    tile_m=NUM_Q_TILES * TILE_M,
+    tile_n=TILE_N,
+    smem_bytes=SMEM_BYTES,
+    predecessor="b05",
+    sass_present=("UTCHMMA", "UTCHMMA.TS", "UTCBAR", "LDTM", "STTM", "UTMALDG", "MUFU.EX2"),
+    sass_absent=("HMMA", "HGMMA", "LDSM", "LDG", "LDGSTS"),
+    tmem_cols=TMEM_COLS,
+    extra={"bound": {"overlap": "lockstep", "loads": "exposed"},
+           "tmem_map": {"S0": (TMEM_S_COL[0], TILE_N), "S1": (TMEM_S_COL[1], TILE_N),
+                        "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)},
+           "tmem_aliases": {"P0": ("S0", 0, P_COLS), "P1": ("S1", 0, P_COLS)},
+           "q_tiles": NUM_Q_TILES},
+)
 
 
 attention = contract.make_attention(INFO, host)

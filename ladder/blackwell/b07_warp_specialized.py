@@ -70,32 +70,6 @@ SMEM_BYTES = 2 * (NUM_Q_TILES * TILE_M * HEAD_DIM + 2 * TILE_N * HEAD_DIM)
 # P_g (bf16, TILE_N keys = TILE_N / 2 columns) aliases the first columns of S_g.
 P_COLS = TILE_N * 16 // 32
 
-INFO = contract.StepInfo(
-    id="b07",
-    slug="warp_specialized",
-    title="Warp specialization",
-    change="warp roles: a TMA load warp, a single-thread MMA warp, two softmax warpgroups (which also "
-           "rescale O); they meet only at mbarriers",
-    archs=("sm_100a",),
-    enabler=True,
-    threads=THREADS,
-    tile_m=NUM_Q_TILES * TILE_M,
-    tile_n=TILE_N,
-    smem_bytes=SMEM_BYTES,
-    predecessor="b06",
-    sass_present=("UTCHMMA", "UTCHMMA.TS", "UTCBAR", "LDTM", "STTM", "UTMALDG", "MUFU.EX2"),
-    sass_absent=("HMMA", "HGMMA", "LDSM", "LDG", "LDGSTS"),
-    tmem_cols=TMEM_COLS,
-    extra={"bound": {"overlap": "lockstep", "loads": "exposed"},
-           "tmem_map": {"S0": (TMEM_S_COL[0], TILE_N), "S1": (TMEM_S_COL[1], TILE_N),
-                        "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)},
-           "tmem_aliases": {"P0": ("S0", 0, P_COLS), "P1": ("S1", 0, P_COLS)},
-           "q_tiles": NUM_Q_TILES,
-           "warp_roles": {"softmax0": tuple(range(0, 4)), "softmax1": tuple(range(4, 8)),
-                          "mma": (MMA_WARP,), "load": (LOAD_WARP,)},
-           "tmem_warps": tuple(range(SOFTMAX_WARPS))},
-)
-
 
 def _umma_layout(kind, shape, mn_major=False):
     """Tile a tcgen05 smem layout atom over ``shape``; an MN-major operand is tiled along its
@@ -516,6 +490,35 @@ def softmax_warpgroup(tStS, tOtO, gO: cute.Tensor, s_full, p_full, o_full, softm
         cute.arch.fence_view_async_tmem_load()
         r_chunk_bf16.store((r_chunk.load() * inv_sum).to(dtype))
         cute.autovec_copy(r_chunk_bf16, row_piece(gO_mine, row, c))
+
+
+# ------------------------------------------------------------------------------ step facts
+# What the harness reads about this step (ladder/contract.py StepInfo): not part of the kernel.
+INFO = contract.StepInfo(
+    id="b07",
+    slug="warp_specialized",
+    title="Warp specialization",
+    change="warp roles: a TMA load warp, a single-thread MMA warp, two softmax warpgroups (which also "
+           "rescale O); they meet only at mbarriers",
+    archs=("sm_100a",),
+    enabler=True,
+    threads=THREADS,
+    tile_m=NUM_Q_TILES * TILE_M,
+    tile_n=TILE_N,
+    smem_bytes=SMEM_BYTES,
+    predecessor="b06",
+    sass_present=("UTCHMMA", "UTCHMMA.TS", "UTCBAR", "LDTM", "STTM", "UTMALDG", "MUFU.EX2"),
+    sass_absent=("HMMA", "HGMMA", "LDSM", "LDG", "LDGSTS"),
+    tmem_cols=TMEM_COLS,
+    extra={"bound": {"overlap": "lockstep", "loads": "exposed"},
+           "tmem_map": {"S0": (TMEM_S_COL[0], TILE_N), "S1": (TMEM_S_COL[1], TILE_N),
+                        "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)},
+           "tmem_aliases": {"P0": ("S0", 0, P_COLS), "P1": ("S1", 0, P_COLS)},
+           "q_tiles": NUM_Q_TILES,
+           "warp_roles": {"softmax0": tuple(range(0, 4)), "softmax1": tuple(range(4, 8)),
+                          "mma": (MMA_WARP,), "load": (LOAD_WARP,)},
+           "tmem_warps": tuple(range(SOFTMAX_WARPS))},
+)
 
 
 attention = contract.make_attention(INFO, host)

@@ -114,40 +114,6 @@ EMU_FIRST_FRAGMENT = 1
 EX2_EMULATED_PER_TILE = ((TILE_N // EMU_FRAGMENT - 1 - EMU_FIRST_FRAGMENT) * (EMU_FRAGMENT // EMU_PERIOD)
                          * EMU_SPAN)        # per thread (= row) and K/V tile: 16 of 128
 
-INFO = contract.StepInfo(
-    id="b12",
-    slug="correction_warpgroup",
-    title="Correction warpgroup, conditional rescaling",
-    change="O's rescale moves to a correction warpgroup and happens only when a row's max grows by more than 8 (log2 units; ballot per warp); setmaxnreg 192/80/48",
-    archs=("sm_100a",),
-    enabler=False,
-    threads=THREADS,
-    tile_m=NUM_Q_TILES * TILE_M,
-    tile_n=TILE_N,
-    smem_bytes=SMEM_BYTES,
-    predecessor="b11",
-    sass_present=("UTCHMMA", "UTCHMMA.TS", "UTCBAR", "LDTM", "STTM", "UTMALDG", "MUFU.EX2", "FFMA2",
-                  "USETMAXREG", "VOTE", "BAR.ARV"),
-    sass_absent=("HMMA", "HGMMA", "LDSM", "LDG", "LDGSTS"),
-    tmem_cols=TMEM_COLS,
-    extra={"bound": {"overlap": "pipelined", "loads": "hidden"},
-           "tmem_map": {"S0": (TMEM_S_COL[0], TILE_N), "S1": (TMEM_S_COL[1], TILE_N),
-                        "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)},
-           "tmem_aliases": {"P0": ("S0", 0, P_COLS), "P1": ("S1", 0, P_COLS)},
-           "q_tiles": NUM_Q_TILES,
-           "warp_roles": {"softmax0": tuple(range(0, 4)), "softmax1": tuple(range(4, 8)),
-                          "correction": tuple(range(CORRECTION_WARP, CORRECTION_WARP + CORRECTION_WARPS)),
-                          "mma": (MMA_WARP,), "load": (LOAD_WARP,), "idle": (LOAD_WARP + 1, LOAD_WARP + 2)},
-           "tmem_warps": tuple(range(CORRECTION_WARP + CORRECTION_WARPS)),
-           "registers": {"softmax": SOFTMAX_REGISTERS, "correction": CORRECTION_REGISTERS, "other": OTHER_REGISTERS},
-           "rescale_threshold": RESCALE_THRESHOLD,
-           "kv_stages": NUM_STAGES,
-           "spills_at_register_cap": "the MMA and load warps at 48 registers (FA4's budget): ptxas 13.4 stores "
-                                     "a value before the roles split and the MMA loop reloads it (the writeup's "
-                                     "roles block); the softmax, at 192, stores nothing",
-           "ex2_emulated_per_tile": EX2_EMULATED_PER_TILE},
-)
-
 
 def _umma_layout(kind, shape, mn_major=False):
     """Tile a tcgen05 smem layout atom over ``shape``; an MN-major operand is tiled along its
@@ -342,7 +308,6 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     tidx, _, _ = cute.arch.thread_idx()
     warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
     m_block, batch, head = cute.arch.block_idx()
-    dtype = mO.element_type
     n_blocks = cute.size(tma_mK.shape[0]) // TILE_N
 
     # This CTA's tiles, as TMA coordinates: gQ (TILE_M, D, Q tiles of the sequence); gK (TILE_N,
@@ -390,9 +355,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
 
     # The accumulators are TMEM tensors: S_g at column TMEM_S_COL[g], O_g at TMEM_O_COL[g], lane
     # i = row i of Q tile g; P_g (bf16) over S_g's first P_COLS columns. One CTA is one MMA
-    # "thread" (cta_group::1), so slice 0.
-    thr_mma = tiled_mma.get_slice(0)
-    thr_mma_pv = tiled_mma_pv.get_slice(0)
+    # "thread" (cta_group::1): the MMA warp slices at 0.
     tStS = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C((TILE_M, TILE_N)))
     tOtO = tiled_mma_pv.make_fragment_C(tiled_mma_pv.partition_shape_C((TILE_M, HEAD_DIM)))
     tStS = [cute.make_tensor(tmem_base + TMEM_S_COL[g], tStS.layout) for g in range(NUM_Q_TILES)]
@@ -400,351 +363,25 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
 
     # The fourth warpgroup (the MMA and load warps, warps 14-15) gives registers back: one
     # setmaxnreg, which every warp of a warpgroup must execute, before its warps part ways. The
-    # other warpgroups take theirs at the start of their roles below.
+    # other warpgroups take theirs below, right before their roles.
     if warp_idx >= MMA_WARP:
         cute.arch.setmaxregister_decrease(OTHER_REGISTERS)
 
     if warp_idx == LOAD_WARP:
-        # ------------------------------------------------------------------------ load warp
-        # TMA partitions: each whole smem tile is one TMA destination; the global side keeps the
-        # tile index (for K and V, which tile of the sequence).
-        def tma_partition(atom, smem_tile, gmem_tile):
-            return cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(smem_tile, 0, 2),
-                                         cute.group_modes(gmem_tile, 0, 2))
-        tQsQ, tQgQ = tma_partition(tma_Q, sQ, gQ)
-        tKsK, tKgK = tma_partition(tma_K, sK, gK)
-        tVsV, tVgV = tma_partition(tma_V, sVt, gVt)
-        q_bytes = cute.size_in_bytes(dtype, sQ_layout)         # both Q tiles, on one barrier phase
-        # expect-tx counts one stage's bytes: what one K copy plus one V copy deliver.
-        kv_bytes = (cute.size_in_bytes(dtype, cute.select(sK_layout, mode=[0, 1]))
-                    + cute.size_in_bytes(dtype, cute.select(sVt_layout, mode=[0, 1])))
-        # Both Q tiles once (cute.copy of a TMA atom elects its own issuing thread, so it sits
-        # outside elect_one; only the expect-tx arrive is inside).
-        with cute.arch.elect_one():
-            cute.arch.mbarrier_arrive_and_expect_tx(q_full, q_bytes)
-        for g in cutlass.range_constexpr(NUM_Q_TILES):
-            cute.copy(tma_Q, tQgQ[None, NUM_Q_TILES * m_block + g], tQsQ[None, g], tma_bar_ptr=q_full)
-        for n_block in range(n_blocks):
-            # Tile j goes to stage s = j % NUM_STAGES, in round j // NUM_STAGES of that stage.
-            stage, parity = ring_position(n_block)
-            # wait: stage s is free. Pairs with the MMA warp's tcgen05.commit (its arrive) on
-            # kv_empty[s] after the P V MMAs of tile j - NUM_STAGES, the previous round: parity ^ 1.
-            # In round 0 the fresh barrier's "previous phase" (parity 1) counts as complete, so
-            # the load warp fills every stage without waiting.
-            # timeline: slot wait begin
-            cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
-            # timeline: slot wait end
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive_and_expect_tx(kv_full + stage, kv_bytes)
-            cute.copy(tma_K, tKgK[None, n_block], tKsK[None, stage], tma_bar_ptr=kv_full + stage)
-            cute.copy(tma_V, tVgV[None, n_block], tVsV[None, stage], tma_bar_ptr=kv_full + stage)
-        # Producer tail: drain the ring before the exit barrier. The kv_empty arrives come from the
-        # tensor core's commits, not from a thread, so no thread's exit orders them: without these
-        # waits one could land after the CTA has exited, in shared memory that already belongs to
-        # the next CTA. Positions n_blocks .. n_blocks + NUM_STAGES - 1 are the next round of each
-        # stage, so their waits are each stage's last phase.
-        for i in cutlass.range_constexpr(NUM_STAGES):
-            stage, parity = ring_position(n_blocks + i)
-            # wait: the last MMAs that read stage s are done. Pairs with the MMA warp's last
-            # tcgen05.commit (its arrive) on kv_empty[s]: parity ^ 1, as in the loop; a stage no
-            # tile used (n_blocks < NUM_STAGES) passes at once, as in round 0.
-            cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
-
+        load_warp(tma_Q, tma_K, tma_V, sQ, sK, sVt, gQ, gK, gVt, q_full, kv_full, kv_empty, m_block, n_blocks)
     elif warp_idx == MMA_WARP:
-        # ------------------------------------------------------------------------- MMA warp
-        # Smem operands as UMMA descriptors, one per 16-wide k-block (and Q tile); P from TMEM.
-        tSrQ = tiled_mma.make_fragment_A(thr_mma.partition_A(sQ))
-        tSrK = tiled_mma.make_fragment_B(thr_mma.partition_B(sK))
-        tOrVt = tiled_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))
-        # P_g, the A operand of O_g += P_g V, in TMEM over S_g's first P_COLS columns. make_fragment_A
-        # gives the operand's layout but a tensor at TMEM address 0, so it is re-based on the
-        # allocated base, viewed as bf16: the pointer then counts bf16 elements, two per column.
-        tOrP = tiled_mma_pv.make_fragment_A(thr_mma_pv.partition_A(cute.make_tensor(tmem_base, tP_layout)))
-        p_base = cute.arch.retrieve_tmem_ptr(dtype, 16, storage.tmem_base)
-        bf16_per_col = cutlass.Float32.width // dtype.width
-        tOrP = [cute.make_tensor(p_base + TMEM_S_COL[g] * bf16_per_col, tOrP.layout)
-                for g in range(NUM_Q_TILES)]
-
-        # wait: both Q tiles landed (pairs with the load warp's expect-tx arrive; phase 0, parity 0).
-        cute.arch.mbarrier_wait(q_full, 0)
-
-        # Prologue: S_0(0) and S_1(0), so that both softmax warpgroups have a tile to start on.
-        stage, parity = ring_position(0)
-        # wait: K_0, V_0 landed in stage 0. Pairs with the load warp's expect-tx arrive (and the
-        # TMA's bytes) on kv_full[0]: round 0, parity 0.
-        # timeline(0): K/V wait begin
-        cute.arch.mbarrier_wait(kv_full + stage, parity)
-        # timeline(0): K/V wait end
-        tcgen05_fence_after_thread_sync()
-        for g in cutlass.range_constexpr(NUM_Q_TILES):
-            # timeline(0): S{g} begin
-            for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
-                tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
-                cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, stage], tStS[g])
-            with cute.arch.elect_one():
-                tcgen05.commit(s_full + g)
-            # timeline(0): S{g} end
-
-        # Steady state, iteration j: P_0 V(j-1) -> S_0(j) -> P_1 V(j-1) -> S_1(j). Each Q tile's
-        # P V of the previous tile is followed at once by its own next S, so S_g(j) waits only for
-        # softmax g and the correction warps' O_g (p_full[g], o_ready[g]); the other warpgroup is
-        # waited on only for a tile two behind
-        # (its P of tile j-2, before P_1 V(j-2) in the previous iteration). While softmax 0 works on
-        # S_0(j) the tensor core runs P_1 V(j-1) and S_1(j), and the other way round.
-        for n_block in range(1, n_blocks):
-            prev_stage, _ = ring_position(n_block - 1)
-            stage, parity = ring_position(n_block)
-            for g in cutlass.range_constexpr(NUM_Q_TILES):
-                # wait: P_g of tile j-1 in TMEM. Pairs with the arrives of all 128 threads of
-                # softmax warpgroup g on p_full[g]: one phase per tile, tile j-1's parity (j-1) % 2.
-                # timeline(n_block - 1): P{g} wait begin
-                cute.arch.mbarrier_wait(p_full + g, (n_block - 1) % 2)
-                # wait: O_g rescaled to tile j-1's max (or left alone). Pairs with the arrives of the
-                # 128 correction threads on o_ready[g]: one phase per tile, parity (j-1) % 2.
-                cute.arch.mbarrier_wait(o_ready + g, (n_block - 1) % 2)
-                # timeline(n_block - 1): P{g} wait end
-                tcgen05_fence_after_thread_sync()
-                # timeline(n_block - 1): O{g} begin
-                for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
-                    tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_block > 1 or kb != 0)
-                    cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, prev_stage],
-                              tOtO[g])
-                # timeline(n_block - 1): O{g} end
-                if g == NUM_Q_TILES - 1:
-                    # Tile j-1's last MMAs are issued: stage s_{j-1} (K_{j-1}, V_{j-1}) is free once
-                    # they complete. Tell the load warp.
-                    with cute.arch.elect_one():
-                        tcgen05.commit(kv_empty + prev_stage)
-                if g == 0:
-                    # wait: K_j, V_j landed in stage s. Pairs with the load warp's expect-tx arrive
-                    # (and the TMA's bytes) on kv_full[s]: one phase per round, the round's parity.
-                    # Taken after P_0 V(j-1) is issued, so that MMA does not wait for the load.
-                    # timeline: K/V wait begin
-                    cute.arch.mbarrier_wait(kv_full + stage, parity)
-                    # timeline: K/V wait end
-                    tcgen05_fence_after_thread_sync()
-                # S_g(j) = Q_g K_j^T overwrites the columns P_g V(j-1), issued just before, reads
-                # P_g from. Nothing waits in between: only the issue order of one thread's
-                # tcgen05.mma keeps the read first (as in FA4; see the writeup). The commit covers
-                # both MMAs, so softmax g also learns that O_g's last P V is done.
-                # timeline: S{g} begin
-                for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
-                    tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
-                    cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, stage], tStS[g])
-                with cute.arch.elect_one():
-                    tcgen05.commit(s_full + g)
-                # timeline: S{g} end
-
-        # Tail: the last tile's P V for both Q tiles.
-        last_stage, _ = ring_position(n_blocks - 1)
-        for g in cutlass.range_constexpr(NUM_Q_TILES):
-            # wait: P_g of the last tile in TMEM. Pairs with softmax warpgroup g's arrives on
-            # p_full[g]: the last tile's phase, parity (n_blocks-1) % 2.
-            # timeline(n_blocks - 1): P{g} wait begin
-            cute.arch.mbarrier_wait(p_full + g, (n_blocks - 1) % 2)
-            # wait: O_g rescaled for the last tile. Pairs with the correction threads' arrives on
-            # o_ready[g]: the last tile's phase, parity (n_blocks-1) % 2.
-            cute.arch.mbarrier_wait(o_ready + g, (n_blocks - 1) % 2)
-            # timeline(n_blocks - 1): P{g} wait end
-            tcgen05_fence_after_thread_sync()
-            # timeline(n_blocks - 1): O{g} begin
-            for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
-                tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_blocks > 1 or kb != 0)
-                cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, last_stage],
-                          tOtO[g])
-            # timeline(n_blocks - 1): O{g} end
-        # The last stage is free, and O final, once these MMAs complete: tell the load warp and the
-        # softmax warpgroups.
-        with cute.arch.elect_one():
-            tcgen05.commit(kv_empty + last_stage)
-        with cute.arch.elect_one():
-            tcgen05.commit(o_full)
-
+        mma_warp(tiled_mma, tiled_mma_pv, sQ, sK, sVt, tStS, tOtO, tP_layout, tmem_base, storage.tmem_base,
+                 q_full, kv_full, kv_empty, s_full, p_full, o_ready, o_full, n_blocks)
     elif warp_idx > LOAD_WARP:
-        # ------------------------------------------------------------- warps 14-15 (no role)
-        # They complete the fourth warpgroup (its setmaxnreg above); they wait at the exit barrier.
+        # Warps 14-15 have no role: they complete the fourth warpgroup (its setmaxnreg above); they
+        # wait at the exit barrier.
         pass
-
     elif warp_idx >= CORRECTION_WARP:
-        # ------------------------------------------------------------ correction warpgroup
-        # Warp 8 + i owns TMEM lanes 32i .. 32i + 31 (its warp index mod 4), the same rows as
-        # softmax warp i (Q tile 0) and softmax warp 4 + i (Q tile 1): thread `row` rescales row
-        # `row` of O_0 and of O_1.
         cute.arch.setmaxregister_decrease(CORRECTION_REGISTERS)
-        quarter = warp_idx - CORRECTION_WARP
-        row = tidx % TILE_M
-        O_chunk0 = cute.composition(tOtO[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
-        load_chunk, store_chunk = make_row_copies(O_chunk0, TMEM_CHUNK)
-        thr_load, thr_store = load_chunk.get_slice(row), store_chunk.get_slice(row)
-        tO_ld0, tO_st0 = thr_load.partition_S(O_chunk0), thr_store.partition_D(O_chunk0)
-        o_shift = TMEM_O_COL[1] - TMEM_O_COL[0]
-        tO_ld = [cute.make_tensor(tO_ld0.iterator + g * o_shift, tO_ld0.layout) for g in range(NUM_Q_TILES)]
-        tO_st = [cute.make_tensor(tO_st0.iterator + g * o_shift, tO_st0.layout) for g in range(NUM_Q_TILES)]
-        r_chunk = cute.make_rmem_tensor(thr_load.partition_D(O_chunk0).shape, cutlass.Float32)
-        num_chunks_O = HEAD_DIM // TMEM_CHUNK
-
-        for n_block in range(n_blocks):
-            # The same order as the MMA warp's P V: Q tile 0, then 1.
-            for g in cutlass.range_constexpr(NUM_Q_TILES):
-                # barrier: softmax warp 4g + i has written tile j's factors of its 32 rows to
-                # s_scale (pairs with its barrier_arrive on STATS_BARRIER + 4g + i; bar.sync makes
-                # its shared-memory writes visible here). Its arrive for tile j + 1 cannot come
-                # first: S_g(j + 1) is issued after P_g V(j), which waits for our o_ready below.
-                # timeline: stats wait begin
-                cute.arch.barrier(barrier_id=STATS_BARRIER + 4 * g + quarter, number_of_threads=STATS_THREADS)
-                # timeline: stats wait end
-                # O_g holds P V up to tile j - 1, complete: softmax g passed s_full[g] for S_g(j),
-                # whose commit also covers the P_g V(j - 1) issued before it.
-                tcgen05_fence_after_thread_sync()
-                scale = s_scale[g * TILE_M + row]
-                # timeline: correction begin
-                if n_block > 0:      # tile 0: O holds nothing yet (its first P V overwrites it)
-                    # Rescale this warp's 32 rows of O_g only if one of them needs it (a factor
-                    # below 1: its max moved); rows with factor 1 are multiplied by 1.
-                    if cute.arch.vote_ballot_sync(scale < 1.0) != 0:
-                        for c in cutlass.range_constexpr(num_chunks_O):
-                            cute.copy(thr_load, cute.make_tensor(tO_ld[g].iterator + c * TMEM_CHUNK, tO_ld0.layout),
-                                      r_chunk)
-                            cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld
-                            r_chunk.store(r_chunk.load() * scale)
-                            cute.copy(thr_store, r_chunk,
-                                      cute.make_tensor(tO_st[g].iterator + c * TMEM_CHUNK, tO_st0.layout))
-                        cute.arch.fence_view_async_tmem_store()          # tcgen05.wait::st
-                # timeline: correction end
-                # arrive: O_g is ready for P_g V(j) (o_ready[g], tile j's phase; the MMA warp's
-                # wait pairs with it). The tcgen05 fence orders our TMEM stores before the arrive.
-                tcgen05_fence_before_thread_sync()
-                cute.arch.mbarrier_arrive(o_ready + g)
-
+        correction_warpgroup(tOtO, s_scale, o_ready, n_blocks)
     else:
-        # ---------------------------------------------------------------- softmax warpgroups
-        # Warps 4g .. 4g+3 run the softmax of Q tile g; thread `row` owns row (= TMEM lane) `row`
-        # of S_g, P_g and O_g. Warp w touches lanes 32 (w % 4) .. +31: its own quarter.
         cute.arch.setmaxregister_increase(SOFTMAX_REGISTERS)
-        q_tile = warp_idx // 4
-        row = tidx % TILE_M
-
-        # TMEM -> registers, TMEM_CHUNK columns of this thread's row per tcgen05.ld, for S and O
-        # (the epilogue) alike. Chunk c is the first chunk's view moved c * TMEM_CHUNK columns along
-        # (a TMEM address counts 32-bit columns). The copies are built for the 128 threads of one Q
-        # tile (slice `row`); this thread's Q tile picks the columns. O is only read here now: its
-        # rescale is the correction warps'.
-        O_chunk0 = cute.composition(tOtO[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
-        load_chunk, _ = make_row_copies(O_chunk0, TMEM_CHUNK)
-        thr_load = load_chunk.get_slice(row)
-        s_shift = q_tile * (TMEM_S_COL[1] - TMEM_S_COL[0])
-        o_shift = q_tile * (TMEM_O_COL[1] - TMEM_O_COL[0])
-        tO_ld = thr_load.partition_S(O_chunk0)
-        tO_ld = cute.make_tensor(tO_ld.iterator + o_shift, tO_ld.layout)
-        gO_mine = gO[None, None, NUM_Q_TILES * m_block + q_tile]
-        r_chunk = cute.make_rmem_tensor(thr_load.partition_D(O_chunk0).shape, cutlass.Float32)
-        r_chunk_bf16 = cute.make_rmem_tensor(r_chunk.shape, dtype)
-        # P: TMEM_CHUNK keys of P (bf16) fill TMEM_CHUNK / 2 columns. The registers are fp32-typed
-        # for the 32-bit tcgen05.st; the same registers viewed as bf16 receive the converted values.
-        P_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK // 2)))
-        _, store_p = make_row_copies(P_chunk0, TMEM_CHUNK // 2)
-        thr_store_p = store_p.get_slice(row)
-        tP_st = thr_store_p.partition_D(P_chunk0)
-        tP_st = cute.make_tensor(tP_st.iterator + s_shift, tP_st.layout)
-        r_p_cols = cute.make_rmem_tensor(thr_store_p.partition_S(P_chunk0).shape, cutlass.Float32)
-        r_p = cute.make_tensor(cute.recast_ptr(r_p_cols.iterator, dtype=dtype), r_chunk.layout)
-        num_chunks_S, num_chunks_O = TILE_N // TMEM_CHUNK, HEAD_DIM // TMEM_CHUNK
-        # The whole row of S_g (TILE_N fp32 values) in registers, loaded in TMEM_CHUNK-column pieces
-        # (4 x tcgen05.ld.32x32b.x32, as FA4): with 512 threads the launch allows 128 registers,
-        # and ptxas compiles every instruction within that, setmaxnreg or not; b11's single x128
-        # load would need more than 128 in one instruction. r_S[c] views chunk c, the piece the
-        # P stores and the sums work on.
-        S_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
-        load_s, _ = make_row_copies(S_chunk0, TMEM_CHUNK)
-        thr_load_s = load_s.get_slice(row)
-        tS_ld = thr_load_s.partition_S(S_chunk0)
-        tS_ld = cute.make_tensor(tS_ld.iterator + s_shift, tS_ld.layout)
-        r_S_row = cute.make_rmem_tensor(TILE_N, cutlass.Float32)
-        r_S = [cute.make_tensor(r_S_row.iterator + c * TMEM_CHUNK, r_chunk.layout) for c in range(num_chunks_S)]
-        scale_log2 = softmax_scale * LOG2_E
-
-        def chunk(t, c, width=TMEM_CHUNK):
-            return cute.make_tensor(t.iterator + c * width, t.layout)
-
-        row_max = -cutlass.Float32.inf
-        row_sum = cutlass.Float32(0.0)
-        for n_block in range(n_blocks):
-            # wait: S_g of tile j is in TMEM (and tile j-1's P_g V done). Pairs with the MMA
-            # warp's tcgen05.commit (its arrive) on s_full[g]: one phase per tile, parity j % 2.
-            # timeline: S wait begin
-            cute.arch.mbarrier_wait(s_full + q_tile, n_block % 2)
-            # timeline: S wait end
-            # timeline: softmax begin
-            tcgen05_fence_after_thread_sync()
-
-            # Online softmax on this thread's row; the row is whole in one thread, so no shuffles.
-            # S is read from TMEM once: all TILE_N columns of the row into registers (4 loads, one
-            # wait), then the row max, then the exponentials in place.
-            for c in cutlass.range_constexpr(num_chunks_S):
-                cute.copy(thr_load_s, chunk(tS_ld, c), r_S[c])
-            cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld: r_S is valid
-            m_new = row_max
-            for c in cutlass.range_constexpr(num_chunks_S):
-                m_new = cute.arch.fmax(r_S[c].load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0), m_new)
-            # Conditional rescaling: the max moves only if it grows by more than RESCALE_THRESHOLD
-            # in log2 units; otherwise the old max stays (P up to 2^8 this tile) and O's factor is
-            # 1. The first tile has m_old = -inf: the max moves, factor 2^-inf = 0 (unused).
-            moved_log2 = (row_max - m_new) * scale_log2
-            rescale = cute.math.exp2(moved_log2, fastmath=True)
-            if moved_log2 >= -RESCALE_THRESHOLD:
-                m_new = row_max
-                rescale = cutlass.Float32(1.0)
-            row_max = m_new
-            # This tile's factor for the correction warp of our rows; the arrive on our shared
-            # named barrier (no wait) tells it the warp's 32 factors are there.
-            s_scale[q_tile * TILE_M + row] = rescale
-            cute.arch.barrier_arrive(barrier_id=STATS_BARRIER + 4 * q_tile + warp_idx % 4,
-                                     number_of_threads=STATS_THREADS)
-            # P = exp(scale * (S - m)) = 2^(S * scale_log2 - m * scale_log2): one packed FFMA2 per
-            # pair of scores (the scale folded into the multiply, the max into the addend), then
-            # one ex2.approx.ftz (MUFU.EX2) per score. Summed, and stored (bf16, two per column)
-            # over the first half of this thread's row of S_g, whose values are all in registers.
-            # The row sum is accumulated in pairs too (FADD2), one pair of partial sums per chunk
-            # so that the additions form eight short chains rather than one long one.
-            neg_max_scaled = -m_new * scale_log2
-            tile_sum = cutlass.Float32(0.0)
-            for c in cutlass.range_constexpr(num_chunks_S):
-                for i in cutlass.range_constexpr(0, TMEM_CHUNK, 2):
-                    r_S[c][i], r_S[c][i + 1] = cute.arch.fma_packed_f32x2(
-                        (r_S[c][i], r_S[c][i + 1]), (scale_log2, scale_log2), (neg_max_scaled, neg_max_scaled))
-                for i in cutlass.range_constexpr(0, TMEM_CHUNK, 2):
-                    col = c * TMEM_CHUNK + i            # the score's column: the pattern goes by fragment
-                    if ex2_is_emulated(col // EMU_FRAGMENT, col % EMU_FRAGMENT, TILE_N // EMU_FRAGMENT):
-                        r_S[c][i], r_S[c][i + 1] = ex2_emulated_pair(r_S[c][i], r_S[c][i + 1])
-                    else:
-                        r_S[c][i] = cute.math.exp2(r_S[c][i], fastmath=True)
-                        r_S[c][i + 1] = cute.math.exp2(r_S[c][i + 1], fastmath=True)
-                pair_sum = (r_S[c][0], r_S[c][1])
-                for i in cutlass.range_constexpr(2, TMEM_CHUNK, 2):
-                    pair_sum = cute.arch.add_packed_f32x2(pair_sum, (r_S[c][i], r_S[c][i + 1]))
-                tile_sum += pair_sum[0] + pair_sum[1]
-                r_p.store(r_S[c].load().to(dtype))
-                cute.copy(thr_store_p, r_p_cols, chunk(tP_st, c, TMEM_CHUNK // 2))
-            row_sum = row_sum * rescale + tile_sum
-            cute.arch.fence_view_async_tmem_store()      # tcgen05.wait::st: P in TMEM
-            # arrive: P_g written (p_full[g], this tile's phase; the MMA warp's wait pairs with it).
-            # The tcgen05 fence orders our TMEM stores before the arrive.
-            tcgen05_fence_before_thread_sync()
-            # timeline: softmax end
-            cute.arch.mbarrier_arrive(p_full + q_tile)
-
-        # wait: O is final. Pairs with the MMA warp's tcgen05.commit (its arrive) on o_full after
-        # the last P V MMAs: its only phase, parity 0.
-        cute.arch.mbarrier_wait(o_full, 0)
-        tcgen05_fence_after_thread_sync()
-        # Epilogue: O / rowsum, chunk by chunk from TMEM, to bf16, stored from registers to this
-        # thread's row of global memory.
-        inv_sum = cute.arch.rcp_approx(row_sum)
-        for c in cutlass.range_constexpr(num_chunks_O):
-            cute.copy(thr_load, chunk(tO_ld, c), r_chunk)
-            cute.arch.fence_view_async_tmem_load()
-            r_chunk_bf16.store((r_chunk.load() * inv_sum).to(dtype))
-            cute.autovec_copy(r_chunk_bf16, row_piece(gO_mine, row, c))
+        softmax_warpgroup(tStS, tOtO, gO, s_scale, s_full, p_full, o_full, softmax_scale, m_block, n_blocks)
 
     # Free TMEM: every softmax and correction thread's TMEM loads and stores are complete (their
     # wait::ld / wait::st above), fenced before the barrier all 512 threads reach at the end; then
@@ -754,5 +391,409 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     if warp_idx == MMA_WARP:
         tcgen05_fence_after_thread_sync()
         cute.arch.dealloc_tmem(tmem_base, TMEM_COLS)
+
+
+# ------------------------------------------------------------------------------------ warp roles
+# One function per role; kernel() above sets up what they share and dispatches by warp. Each is
+# a @cute.jit function, traced inline into the kernel (no call in the compiled code).
+
+@cute.jit
+def load_warp(tma_Q: cute.CopyAtom, tma_K: cute.CopyAtom, tma_V: cute.CopyAtom,
+              sQ: cute.Tensor, sK: cute.Tensor, sVt: cute.Tensor,
+              gQ: cute.Tensor, gK: cute.Tensor, gVt: cute.Tensor,
+              q_full, kv_full, kv_empty, m_block, n_blocks):
+    """TMA producer: both Q tiles once, then K_j and V_j into stage j % NUM_STAGES of the K/V ring."""
+    dtype = sQ.element_type
+    # TMA partitions: each whole smem tile is one TMA destination; the global side keeps the
+    # tile index (for K and V, which tile of the sequence).
+    def tma_partition(atom, smem_tile, gmem_tile):
+        return cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(smem_tile, 0, 2),
+                                     cute.group_modes(gmem_tile, 0, 2))
+    tQsQ, tQgQ = tma_partition(tma_Q, sQ, gQ)
+    tKsK, tKgK = tma_partition(tma_K, sK, gK)
+    tVsV, tVgV = tma_partition(tma_V, sVt, gVt)
+    q_bytes = cute.size_in_bytes(dtype, sQ.layout)         # both Q tiles, on one barrier phase
+    # expect-tx counts one stage's bytes: what one K copy plus one V copy deliver.
+    kv_bytes = (cute.size_in_bytes(dtype, cute.select(sK.layout, mode=[0, 1]))
+                + cute.size_in_bytes(dtype, cute.select(sVt.layout, mode=[0, 1])))
+    # Both Q tiles once (cute.copy of a TMA atom elects its own issuing thread, so it sits
+    # outside elect_one; only the expect-tx arrive is inside).
+    with cute.arch.elect_one():
+        cute.arch.mbarrier_arrive_and_expect_tx(q_full, q_bytes)
+    for g in cutlass.range_constexpr(NUM_Q_TILES):
+        cute.copy(tma_Q, tQgQ[None, NUM_Q_TILES * m_block + g], tQsQ[None, g], tma_bar_ptr=q_full)
+    for n_block in range(n_blocks):
+        # Tile j goes to stage s = j % NUM_STAGES, in round j // NUM_STAGES of that stage.
+        stage, parity = ring_position(n_block)
+        # wait: stage s is free. Pairs with the MMA warp's tcgen05.commit (its arrive) on
+        # kv_empty[s] after the P V MMAs of tile j - NUM_STAGES, the previous round: parity ^ 1.
+        # In round 0 the fresh barrier's "previous phase" (parity 1) counts as complete, so
+        # the load warp fills every stage without waiting.
+        # timeline: slot wait begin
+        cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
+        # timeline: slot wait end
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive_and_expect_tx(kv_full + stage, kv_bytes)
+        cute.copy(tma_K, tKgK[None, n_block], tKsK[None, stage], tma_bar_ptr=kv_full + stage)
+        cute.copy(tma_V, tVgV[None, n_block], tVsV[None, stage], tma_bar_ptr=kv_full + stage)
+    # Producer tail: drain the ring before the exit barrier. The kv_empty arrives come from the
+    # tensor core's commits, not from a thread, so no thread's exit orders them: without these
+    # waits one could land after the CTA has exited, in shared memory that already belongs to
+    # the next CTA. Positions n_blocks .. n_blocks + NUM_STAGES - 1 are the next round of each
+    # stage, so their waits are each stage's last phase.
+    for i in cutlass.range_constexpr(NUM_STAGES):
+        stage, parity = ring_position(n_blocks + i)
+        # wait: the last MMAs that read stage s are done. Pairs with the MMA warp's last
+        # tcgen05.commit (its arrive) on kv_empty[s]: parity ^ 1, as in the loop; a stage no
+        # tile used (n_blocks < NUM_STAGES) passes at once, as in round 0.
+        cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
+
+
+@cute.jit
+def mma_warp(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Tensor, sK: cute.Tensor,
+             sVt: cute.Tensor, tStS, tOtO, tP_layout: cute.Layout, tmem_base, tmem_base_slot,
+             q_full, kv_full, kv_empty, s_full, p_full, o_ready, o_full, n_blocks):
+    """One thread issues every tcgen05.mma: S_0, S_1 of tile 0; then per tile, for each Q tile,
+    O_g += P_g V(j-1) once softmax g has written P_g and the correction warps have rescaled O_g,
+    at once followed by S_g(j) = Q_g K_j^T."""
+    dtype = sQ.element_type
+    thr_mma = tiled_mma.get_slice(0)
+    thr_mma_pv = tiled_mma_pv.get_slice(0)
+    # Smem operands as UMMA descriptors, one per 16-wide k-block (and Q tile); P from TMEM.
+    tSrQ = tiled_mma.make_fragment_A(thr_mma.partition_A(sQ))
+    tSrK = tiled_mma.make_fragment_B(thr_mma.partition_B(sK))
+    tOrVt = tiled_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))
+    # P_g, the A operand of O_g += P_g V, in TMEM over S_g's first P_COLS columns. make_fragment_A
+    # gives the operand's layout but a tensor at TMEM address 0, so it is re-based on the
+    # allocated base, viewed as bf16: the pointer then counts bf16 elements, two per column.
+    tOrP = tiled_mma_pv.make_fragment_A(thr_mma_pv.partition_A(cute.make_tensor(tmem_base, tP_layout)))
+    p_base = cute.arch.retrieve_tmem_ptr(dtype, 16, tmem_base_slot)
+    bf16_per_col = cutlass.Float32.width // dtype.width
+    tOrP = [cute.make_tensor(p_base + TMEM_S_COL[g] * bf16_per_col, tOrP.layout)
+            for g in range(NUM_Q_TILES)]
+
+    # wait: both Q tiles landed (pairs with the load warp's expect-tx arrive; phase 0, parity 0).
+    cute.arch.mbarrier_wait(q_full, 0)
+
+    # Prologue: S_0(0) and S_1(0), so that both softmax warpgroups have a tile to start on.
+    stage, parity = ring_position(0)
+    # wait: K_0, V_0 landed in stage 0. Pairs with the load warp's expect-tx arrive (and the
+    # TMA's bytes) on kv_full[0]: round 0, parity 0.
+    # timeline(0): K/V wait begin
+    cute.arch.mbarrier_wait(kv_full + stage, parity)
+    # timeline(0): K/V wait end
+    tcgen05_fence_after_thread_sync()
+    for g in cutlass.range_constexpr(NUM_Q_TILES):
+        # timeline(0): S{g} begin
+        for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+            tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
+            cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, stage], tStS[g])
+        with cute.arch.elect_one():
+            tcgen05.commit(s_full + g)
+        # timeline(0): S{g} end
+
+    # Steady state, iteration j: P_0 V(j-1) -> S_0(j) -> P_1 V(j-1) -> S_1(j). Each Q tile's
+    # P V of the previous tile is followed at once by its own next S, so S_g(j) waits only for
+    # softmax g and the correction warps' O_g (p_full[g], o_ready[g]); the other warpgroup is
+    # waited on only for a tile two behind
+    # (its P of tile j-2, before P_1 V(j-2) in the previous iteration). While softmax 0 works on
+    # S_0(j) the tensor core runs P_1 V(j-1) and S_1(j), and the other way round.
+    for n_block in range(1, n_blocks):
+        prev_stage, _ = ring_position(n_block - 1)
+        stage, parity = ring_position(n_block)
+        for g in cutlass.range_constexpr(NUM_Q_TILES):
+            # wait: P_g of tile j-1 in TMEM. Pairs with the arrives of all 128 threads of
+            # softmax warpgroup g on p_full[g]: one phase per tile, tile j-1's parity (j-1) % 2.
+            # timeline(n_block - 1): P{g} wait begin
+            cute.arch.mbarrier_wait(p_full + g, (n_block - 1) % 2)
+            # wait: O_g rescaled to tile j-1's max (or left alone). Pairs with the arrives of the
+            # 128 correction threads on o_ready[g]: one phase per tile, parity (j-1) % 2.
+            cute.arch.mbarrier_wait(o_ready + g, (n_block - 1) % 2)
+            # timeline(n_block - 1): P{g} wait end
+            tcgen05_fence_after_thread_sync()
+            # timeline(n_block - 1): O{g} begin
+            for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
+                tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_block > 1 or kb != 0)
+                cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, prev_stage],
+                          tOtO[g])
+            # timeline(n_block - 1): O{g} end
+            if g == NUM_Q_TILES - 1:
+                # Tile j-1's last MMAs are issued: stage s_{j-1} (K_{j-1}, V_{j-1}) is free once
+                # they complete. Tell the load warp.
+                with cute.arch.elect_one():
+                    tcgen05.commit(kv_empty + prev_stage)
+            if g == 0:
+                # wait: K_j, V_j landed in stage s. Pairs with the load warp's expect-tx arrive
+                # (and the TMA's bytes) on kv_full[s]: one phase per round, the round's parity.
+                # Taken after P_0 V(j-1) is issued, so that MMA does not wait for the load.
+                # timeline: K/V wait begin
+                cute.arch.mbarrier_wait(kv_full + stage, parity)
+                # timeline: K/V wait end
+                tcgen05_fence_after_thread_sync()
+            # S_g(j) = Q_g K_j^T overwrites the columns P_g V(j-1), issued just before, reads
+            # P_g from. Nothing waits in between: only the issue order of one thread's
+            # tcgen05.mma keeps the read first (as in FA4; see the writeup). The commit covers
+            # both MMAs, so softmax g also learns that O_g's last P V is done.
+            # timeline: S{g} begin
+            for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+                tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
+                cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, stage], tStS[g])
+            with cute.arch.elect_one():
+                tcgen05.commit(s_full + g)
+            # timeline: S{g} end
+
+    # Tail: the last tile's P V for both Q tiles.
+    last_stage, _ = ring_position(n_blocks - 1)
+    for g in cutlass.range_constexpr(NUM_Q_TILES):
+        # wait: P_g of the last tile in TMEM. Pairs with softmax warpgroup g's arrives on
+        # p_full[g]: the last tile's phase, parity (n_blocks-1) % 2.
+        # timeline(n_blocks - 1): P{g} wait begin
+        cute.arch.mbarrier_wait(p_full + g, (n_blocks - 1) % 2)
+        # wait: O_g rescaled for the last tile. Pairs with the correction threads' arrives on
+        # o_ready[g]: the last tile's phase, parity (n_blocks-1) % 2.
+        cute.arch.mbarrier_wait(o_ready + g, (n_blocks - 1) % 2)
+        # timeline(n_blocks - 1): P{g} wait end
+        tcgen05_fence_after_thread_sync()
+        # timeline(n_blocks - 1): O{g} begin
+        for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
+            tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_blocks > 1 or kb != 0)
+            cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, last_stage],
+                      tOtO[g])
+        # timeline(n_blocks - 1): O{g} end
+    # The last stage is free, and O final, once these MMAs complete: tell the load warp and the
+    # softmax warpgroups.
+    with cute.arch.elect_one():
+        tcgen05.commit(kv_empty + last_stage)
+    with cute.arch.elect_one():
+        tcgen05.commit(o_full)
+
+
+@cute.jit
+def correction_warpgroup(tOtO, s_scale, o_ready, n_blocks):
+    """Correction warpgroup (warps 8-11): per tile and Q tile, O_g's rescale by the softmax's
+    factors, only in a warp where one of its rows needs it."""
+    tidx, _, _ = cute.arch.thread_idx()
+    warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    # Warp 8 + i owns TMEM lanes 32i .. 32i + 31 (its warp index mod 4), the same rows as
+    # softmax warp i (Q tile 0) and softmax warp 4 + i (Q tile 1): thread `row` rescales row
+    # `row` of O_0 and of O_1.
+    quarter = warp_idx - CORRECTION_WARP
+    row = tidx % TILE_M
+    O_chunk0 = cute.composition(tOtO[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
+    load_chunk, store_chunk = make_row_copies(O_chunk0, TMEM_CHUNK)
+    thr_load, thr_store = load_chunk.get_slice(row), store_chunk.get_slice(row)
+    tO_ld0, tO_st0 = thr_load.partition_S(O_chunk0), thr_store.partition_D(O_chunk0)
+    o_shift = TMEM_O_COL[1] - TMEM_O_COL[0]
+    tO_ld = [cute.make_tensor(tO_ld0.iterator + g * o_shift, tO_ld0.layout) for g in range(NUM_Q_TILES)]
+    tO_st = [cute.make_tensor(tO_st0.iterator + g * o_shift, tO_st0.layout) for g in range(NUM_Q_TILES)]
+    r_chunk = cute.make_rmem_tensor(thr_load.partition_D(O_chunk0).shape, cutlass.Float32)
+    num_chunks_O = HEAD_DIM // TMEM_CHUNK
+
+    for n_block in range(n_blocks):
+        # The same order as the MMA warp's P V: Q tile 0, then 1.
+        for g in cutlass.range_constexpr(NUM_Q_TILES):
+            # barrier: softmax warp 4g + i has written tile j's factors of its 32 rows to
+            # s_scale (pairs with its barrier_arrive on STATS_BARRIER + 4g + i; bar.sync makes
+            # its shared-memory writes visible here). Its arrive for tile j + 1 cannot come
+            # first: S_g(j + 1) is issued after P_g V(j), which waits for our o_ready below.
+            # timeline: stats wait begin
+            cute.arch.barrier(barrier_id=STATS_BARRIER + 4 * g + quarter, number_of_threads=STATS_THREADS)
+            # timeline: stats wait end
+            # O_g holds P V up to tile j - 1, complete: softmax g passed s_full[g] for S_g(j),
+            # whose commit also covers the P_g V(j - 1) issued before it.
+            tcgen05_fence_after_thread_sync()
+            scale = s_scale[g * TILE_M + row]
+            # timeline: correction begin
+            if n_block > 0:      # tile 0: O holds nothing yet (its first P V overwrites it)
+                # Rescale this warp's 32 rows of O_g only if one of them needs it (a factor
+                # below 1: its max moved); rows with factor 1 are multiplied by 1.
+                if cute.arch.vote_ballot_sync(scale < 1.0) != 0:
+                    for c in cutlass.range_constexpr(num_chunks_O):
+                        cute.copy(thr_load, cute.make_tensor(tO_ld[g].iterator + c * TMEM_CHUNK, tO_ld0.layout),
+                                  r_chunk)
+                        cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld
+                        r_chunk.store(r_chunk.load() * scale)
+                        cute.copy(thr_store, r_chunk,
+                                  cute.make_tensor(tO_st[g].iterator + c * TMEM_CHUNK, tO_st0.layout))
+                    cute.arch.fence_view_async_tmem_store()          # tcgen05.wait::st
+            # timeline: correction end
+            # arrive: O_g is ready for P_g V(j) (o_ready[g], tile j's phase; the MMA warp's
+            # wait pairs with it). The tcgen05 fence orders our TMEM stores before the arrive.
+            tcgen05_fence_before_thread_sync()
+            cute.arch.mbarrier_arrive(o_ready + g)
+
+
+@cute.jit
+def softmax_warpgroup(tStS, tOtO, gO: cute.Tensor, s_scale, s_full, p_full, o_full, softmax_scale: cutlass.Float32,
+                      m_block, n_blocks):
+    """Softmax warpgroup g (warps 4g .. 4g+3): P_g from S_g in TMEM, O_g's factor for the
+    correction warps, the epilogue."""
+    tidx, _, _ = cute.arch.thread_idx()
+    warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    dtype = gO.element_type
+    # Warps 4g .. 4g+3 run the softmax of Q tile g; thread `row` owns row (= TMEM lane) `row`
+    # of S_g, P_g and O_g. Warp w touches lanes 32 (w % 4) .. +31: its own quarter.
+    q_tile = warp_idx // 4
+    row = tidx % TILE_M
+
+    # TMEM -> registers, TMEM_CHUNK columns of this thread's row per tcgen05.ld, for S and O
+    # (the epilogue) alike. Chunk c is the first chunk's view moved c * TMEM_CHUNK columns along
+    # (a TMEM address counts 32-bit columns). The copies are built for the 128 threads of one Q
+    # tile (slice `row`); this thread's Q tile picks the columns. O is only read here now: its
+    # rescale is the correction warps'.
+    O_chunk0 = cute.composition(tOtO[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
+    load_chunk, _ = make_row_copies(O_chunk0, TMEM_CHUNK)
+    thr_load = load_chunk.get_slice(row)
+    s_shift = q_tile * (TMEM_S_COL[1] - TMEM_S_COL[0])
+    o_shift = q_tile * (TMEM_O_COL[1] - TMEM_O_COL[0])
+    tO_ld = thr_load.partition_S(O_chunk0)
+    tO_ld = cute.make_tensor(tO_ld.iterator + o_shift, tO_ld.layout)
+    gO_mine = gO[None, None, NUM_Q_TILES * m_block + q_tile]
+    r_chunk = cute.make_rmem_tensor(thr_load.partition_D(O_chunk0).shape, cutlass.Float32)
+    r_chunk_bf16 = cute.make_rmem_tensor(r_chunk.shape, dtype)
+    # P: TMEM_CHUNK keys of P (bf16) fill TMEM_CHUNK / 2 columns. The registers are fp32-typed
+    # for the 32-bit tcgen05.st; the same registers viewed as bf16 receive the converted values.
+    P_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK // 2)))
+    _, store_p = make_row_copies(P_chunk0, TMEM_CHUNK // 2)
+    thr_store_p = store_p.get_slice(row)
+    tP_st = thr_store_p.partition_D(P_chunk0)
+    tP_st = cute.make_tensor(tP_st.iterator + s_shift, tP_st.layout)
+    r_p_cols = cute.make_rmem_tensor(thr_store_p.partition_S(P_chunk0).shape, cutlass.Float32)
+    r_p = cute.make_tensor(cute.recast_ptr(r_p_cols.iterator, dtype=dtype), r_chunk.layout)
+    num_chunks_S, num_chunks_O = TILE_N // TMEM_CHUNK, HEAD_DIM // TMEM_CHUNK
+    # The whole row of S_g (TILE_N fp32 values) in registers, loaded in TMEM_CHUNK-column pieces
+    # (4 x tcgen05.ld.32x32b.x32, as FA4): with 512 threads the launch allows 128 registers,
+    # and ptxas compiles every instruction within that, setmaxnreg or not; b11's single x128
+    # load would need more than 128 in one instruction. r_S[c] views chunk c, the piece the
+    # P stores and the sums work on.
+    S_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
+    load_s, _ = make_row_copies(S_chunk0, TMEM_CHUNK)
+    thr_load_s = load_s.get_slice(row)
+    tS_ld = thr_load_s.partition_S(S_chunk0)
+    tS_ld = cute.make_tensor(tS_ld.iterator + s_shift, tS_ld.layout)
+    r_S_row = cute.make_rmem_tensor(TILE_N, cutlass.Float32)
+    r_S = [cute.make_tensor(r_S_row.iterator + c * TMEM_CHUNK, r_chunk.layout) for c in range(num_chunks_S)]
+    scale_log2 = softmax_scale * LOG2_E
+
+    def chunk(t, c, width=TMEM_CHUNK):
+        return cute.make_tensor(t.iterator + c * width, t.layout)
+
+    row_max = -cutlass.Float32.inf
+    row_sum = cutlass.Float32(0.0)
+    for n_block in range(n_blocks):
+        # wait: S_g of tile j is in TMEM (and tile j-1's P_g V done). Pairs with the MMA
+        # warp's tcgen05.commit (its arrive) on s_full[g]: one phase per tile, parity j % 2.
+        # timeline: S wait begin
+        cute.arch.mbarrier_wait(s_full + q_tile, n_block % 2)
+        # timeline: S wait end
+        # timeline: softmax begin
+        tcgen05_fence_after_thread_sync()
+
+        # Online softmax on this thread's row; the row is whole in one thread, so no shuffles.
+        # S is read from TMEM once: all TILE_N columns of the row into registers (4 loads, one
+        # wait), then the row max, then the exponentials in place.
+        for c in cutlass.range_constexpr(num_chunks_S):
+            cute.copy(thr_load_s, chunk(tS_ld, c), r_S[c])
+        cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld: r_S is valid
+        m_new = row_max
+        for c in cutlass.range_constexpr(num_chunks_S):
+            m_new = cute.arch.fmax(r_S[c].load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0), m_new)
+        # Conditional rescaling: the max moves only if it grows by more than RESCALE_THRESHOLD
+        # in log2 units; otherwise the old max stays (P up to 2^8 this tile) and O's factor is
+        # 1. The first tile has m_old = -inf: the max moves, factor 2^-inf = 0 (unused).
+        moved_log2 = (row_max - m_new) * scale_log2
+        rescale = cute.math.exp2(moved_log2, fastmath=True)
+        if moved_log2 >= -RESCALE_THRESHOLD:
+            m_new = row_max
+            rescale = cutlass.Float32(1.0)
+        row_max = m_new
+        # This tile's factor for the correction warp of our rows; the arrive on our shared
+        # named barrier (no wait) tells it the warp's 32 factors are there.
+        s_scale[q_tile * TILE_M + row] = rescale
+        cute.arch.barrier_arrive(barrier_id=STATS_BARRIER + 4 * q_tile + warp_idx % 4,
+                                 number_of_threads=STATS_THREADS)
+        # P = exp(scale * (S - m)) = 2^(S * scale_log2 - m * scale_log2): one packed FFMA2 per
+        # pair of scores (the scale folded into the multiply, the max into the addend), then
+        # one ex2.approx.ftz (MUFU.EX2) per score. Summed, and stored (bf16, two per column)
+        # over the first half of this thread's row of S_g, whose values are all in registers.
+        # The row sum is accumulated in pairs too (FADD2), one pair of partial sums per chunk
+        # so that the additions form eight short chains rather than one long one.
+        neg_max_scaled = -m_new * scale_log2
+        tile_sum = cutlass.Float32(0.0)
+        for c in cutlass.range_constexpr(num_chunks_S):
+            for i in cutlass.range_constexpr(0, TMEM_CHUNK, 2):
+                r_S[c][i], r_S[c][i + 1] = cute.arch.fma_packed_f32x2(
+                    (r_S[c][i], r_S[c][i + 1]), (scale_log2, scale_log2), (neg_max_scaled, neg_max_scaled))
+            for i in cutlass.range_constexpr(0, TMEM_CHUNK, 2):
+                col = c * TMEM_CHUNK + i            # the score's column: the pattern goes by fragment
+                if ex2_is_emulated(col // EMU_FRAGMENT, col % EMU_FRAGMENT, TILE_N // EMU_FRAGMENT):
+                    r_S[c][i], r_S[c][i + 1] = ex2_emulated_pair(r_S[c][i], r_S[c][i + 1])
+                else:
+                    r_S[c][i] = cute.math.exp2(r_S[c][i], fastmath=True)
+                    r_S[c][i + 1] = cute.math.exp2(r_S[c][i + 1], fastmath=True)
+            pair_sum = (r_S[c][0], r_S[c][1])
+            for i in cutlass.range_constexpr(2, TMEM_CHUNK, 2):
+                pair_sum = cute.arch.add_packed_f32x2(pair_sum, (r_S[c][i], r_S[c][i + 1]))
+            tile_sum += pair_sum[0] + pair_sum[1]
+            r_p.store(r_S[c].load().to(dtype))
+            cute.copy(thr_store_p, r_p_cols, chunk(tP_st, c, TMEM_CHUNK // 2))
+        row_sum = row_sum * rescale + tile_sum
+        cute.arch.fence_view_async_tmem_store()      # tcgen05.wait::st: P in TMEM
+        # arrive: P_g written (p_full[g], this tile's phase; the MMA warp's wait pairs with it).
+        # The tcgen05 fence orders our TMEM stores before the arrive.
+        tcgen05_fence_before_thread_sync()
+        # timeline: softmax end
+        cute.arch.mbarrier_arrive(p_full + q_tile)
+
+    # wait: O is final. Pairs with the MMA warp's tcgen05.commit (its arrive) on o_full after
+    # the last P V MMAs: its only phase, parity 0.
+    cute.arch.mbarrier_wait(o_full, 0)
+    tcgen05_fence_after_thread_sync()
+    # Epilogue: O / rowsum, chunk by chunk from TMEM, to bf16, stored from registers to this
+    # thread's row of global memory.
+    inv_sum = cute.arch.rcp_approx(row_sum)
+    for c in cutlass.range_constexpr(num_chunks_O):
+        cute.copy(thr_load, chunk(tO_ld, c), r_chunk)
+        cute.arch.fence_view_async_tmem_load()
+        r_chunk_bf16.store((r_chunk.load() * inv_sum).to(dtype))
+        cute.autovec_copy(r_chunk_bf16, row_piece(gO_mine, row, c))
+
+
+# ------------------------------------------------------------------------------ step facts
+# What the harness reads about this step (ladder/contract.py StepInfo): not part of the kernel.
+INFO = contract.StepInfo(
+    id="b12",
+    slug="correction_warpgroup",
+    title="Correction warpgroup, conditional rescaling",
+    change="O's rescale moves to a correction warpgroup and happens only when a row's max grows by more than 8 (log2 units; ballot per warp); setmaxnreg 192/80/48",
+    archs=("sm_100a",),
+    enabler=False,
+    threads=THREADS,
+    tile_m=NUM_Q_TILES * TILE_M,
+    tile_n=TILE_N,
+    smem_bytes=SMEM_BYTES,
+    predecessor="b11",
+    sass_present=("UTCHMMA", "UTCHMMA.TS", "UTCBAR", "LDTM", "STTM", "UTMALDG", "MUFU.EX2", "FFMA2",
+                  "USETMAXREG", "VOTE", "BAR.ARV"),
+    sass_absent=("HMMA", "HGMMA", "LDSM", "LDG", "LDGSTS"),
+    tmem_cols=TMEM_COLS,
+    extra={"bound": {"overlap": "pipelined", "loads": "hidden"},
+           "tmem_map": {"S0": (TMEM_S_COL[0], TILE_N), "S1": (TMEM_S_COL[1], TILE_N),
+                        "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)},
+           "tmem_aliases": {"P0": ("S0", 0, P_COLS), "P1": ("S1", 0, P_COLS)},
+           "q_tiles": NUM_Q_TILES,
+           "warp_roles": {"softmax0": tuple(range(0, 4)), "softmax1": tuple(range(4, 8)),
+                          "correction": tuple(range(CORRECTION_WARP, CORRECTION_WARP + CORRECTION_WARPS)),
+                          "mma": (MMA_WARP,), "load": (LOAD_WARP,), "idle": (LOAD_WARP + 1, LOAD_WARP + 2)},
+           "tmem_warps": tuple(range(CORRECTION_WARP + CORRECTION_WARPS)),
+           "registers": {"softmax": SOFTMAX_REGISTERS, "correction": CORRECTION_REGISTERS, "other": OTHER_REGISTERS},
+           "rescale_threshold": RESCALE_THRESHOLD,
+           "kv_stages": NUM_STAGES,
+           "spills_at_register_cap": "the MMA and load warps at 48 registers (FA4's budget): ptxas 13.4 stores "
+                                     "a value before the roles split and the MMA loop reloads it (the writeup's "
+                                     "roles block); the softmax, at 192, stores nothing",
+           "ex2_emulated_per_tile": EX2_EMULATED_PER_TILE},
+)
+
 
 attention = contract.make_attention(INFO, host)

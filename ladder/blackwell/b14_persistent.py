@@ -130,45 +130,6 @@ EMU_FIRST_FRAGMENT = 1
 EX2_EMULATED_PER_TILE = ((TILE_N // EMU_FRAGMENT - 1 - EMU_FIRST_FRAGMENT) * (EMU_FRAGMENT // EMU_PERIOD)
                          * EMU_SPAN)        # per thread (= row) and K/V tile: 24 of 128
 
-INFO = contract.StepInfo(
-    id="b14",
-    slug="persistent",
-    title="Persistent clusters, epilogue warp",
-    change="148 CTAs (74 pairs) walk the work tiles (m-block fastest, then head, batch), each role's barrier phases and ring positions running on across tiles; O goes through shared memory to one TMA store per Q tile by an epilogue warp",
-    archs=("sm_100a",),
-    enabler=False,
-    threads=THREADS,
-    tile_m=NUM_Q_TILES * TILE_M,
-    tile_n=TILE_N,
-    smem_bytes=SMEM_BYTES,
-    predecessor="b13",
-    sass_present=("UTCHMMA", "UTCHMMA.TS", "UTCBAR", "LDTM", "STTM", "UTMALDG", "MUFU.EX2", "FFMA2",
-                  "USETMAXREG", "VOTE", "BAR.ARV", "UTCHMMA.2CTA", "UTCBAR.2CTA", "UTMALDG.2CTA", "UCGABAR",
-                  "UTMASTG"),
-    sass_absent=("HMMA", "HGMMA", "LDSM", "LDG", "LDGSTS", "STG"),
-    tmem_cols=TMEM_COLS,
-    extra={"bound": {"overlap": "pipelined", "loads": "hidden"},
-           "tmem_map": {"S0": (TMEM_S_COL[0], TILE_N), "S1": (TMEM_S_COL[1], TILE_N),
-                        "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)},
-           "tmem_aliases": {"P0": ("S0", 0, P_COLS), "P1": ("S1", 0, P_COLS)},
-           "q_tiles": NUM_Q_TILES,
-           "warp_roles": {"softmax0": tuple(range(0, 4)), "softmax1": tuple(range(4, 8)),
-                          "correction": tuple(range(CORRECTION_WARP, CORRECTION_WARP + CORRECTION_WARPS)),
-                          "mma": (MMA_WARP,), "load": (LOAD_WARP,), "epilogue": (EPILOGUE_WARP,),
-                          "idle": (EPILOGUE_WARP + 1,)},
-           "tmem_warps": tuple(range(CORRECTION_WARP + CORRECTION_WARPS)),
-           "registers": {"softmax": SOFTMAX_REGISTERS, "correction": CORRECTION_REGISTERS, "other": OTHER_REGISTERS},
-           "rescale_threshold": RESCALE_THRESHOLD,
-           "cta_group": CLUSTER_CTAS,
-           "kv_slots": KV_SLOTS,
-           "kv_slot_bytes": 2 * SLOT_ELEMS,
-           "sm_count": SM_COUNT,
-           "spills_at_register_cap": "the warps at 48 registers (MMA, load, epilogue) store and reload some "
-                                     "of their loops' values in local memory (ptxas 13.4; the writeup's roles "
-                                     "block counts them per role); the softmax, at 192, stores nothing",
-           "ex2_emulated_per_tile": EX2_EMULATED_PER_TILE},
-)
-
 
 def make_smem_layouts(tiled_mma, tiled_mma_pv):
     """(sQ, sK, sVt), this CTA's part of each 2-CTA MMA operand, in the 128B-swizzle layouts
@@ -444,7 +405,6 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
     leader = 0
     peer = 1 - cta_rank          # the other CTA of the pair, from either side
-    dtype = mO.element_type
     n_blocks = cute.size(tma_mK.shape[0]) // TILE_N
     # The work: m_blocks x heads x batch tiles of 512 query rows (one cluster's), taken by cluster
     # c as tiles c, c + n_clusters, ...; both CTAs of a cluster walk the same tiles.
@@ -516,463 +476,35 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
 
     # The fourth warpgroup (the MMA, load and epilogue warps, warp 15) gives registers back: one
     # setmaxnreg, which every warp of a warpgroup must execute, before its warps part ways. The
-    # other warpgroups take theirs at the start of their roles below.
+    # other warpgroups take theirs below, right before their roles.
     if warp_idx >= MMA_WARP:
         cute.arch.setmaxregister_decrease(OTHER_REGISTERS)
 
     if warp_idx == LOAD_WARP:
-        # ------------------------------------------------------------------------ load warp
-        # In both CTAs: this CTA's part of every tile, into its own smem. TMA partitions: each
-        # smem tile (one Q tile, one ring slot) is one TMA destination; the global side keeps the
-        # tile index. The MMA's slice picks this CTA's rows of Q and its halves of K and V.
-        def tma_partition(atom, smem_tile, gmem_part):
-            return cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(smem_tile, 0, 3),
-                                         cute.group_modes(gmem_part, 0, 3))
-        # The leader's expect-tx counts the pair's bytes: its own part and the peer's, whose
-        # cta_group::2 copies complete on the leader's barrier (the peer's own is never used).
-        q_bytes = CLUSTER_CTAS * cute.size_in_bytes(dtype, sQ_layout)      # both Q tiles, both CTAs
-        slot_bytes = CLUSTER_CTAS * cute.size_in_bytes(dtype, cute.select(sK_layout, mode=[0, 1, 2]))
-        for tile_iter in range(n_tiles):
-            m_block, head, batch = tile_coords(cluster + tile_iter * n_clusters, m_blocks, heads)
-            gQ, gK, gVt, _ = tile_views(tma_mQ, tma_mK, tma_mVt, tma_mO, head, batch)
-            tQsQ, tQgQ = tma_partition(tma_Q, sQ, thr_mma.partition_A(gQ))
-            tKsK, tKgK = tma_partition(tma_K, sK, thr_mma.partition_B(gK))
-            tVsV, tVgV = tma_partition(tma_V, sVt, thr_mma_pv.partition_B(gVt))
-            first = tile_iter * n_blocks          # K/V tiles of the earlier work tiles: the ring runs on
-            for n_block in range(n_blocks):
-                # K_j, then V_j, each into the next slot of the ring.
-                for kv in cutlass.range_constexpr(2):
-                    slot, parity = ring_position(2 * (first + n_block) + kv)
-                    # wait: slot s is free in this CTA. Pairs with the leader's tcgen05.commit (its
-                    # arrive, multicast to both CTAs) on kv_empty[s] after the last MMA that read the
-                    # slot's previous round: parity ^ 1. In round 0 the fresh barrier's "previous
-                    # phase" (parity 1) counts as complete, so the load warp fills every slot at once.
-                    # timeline: slot wait begin
-                    cute.arch.mbarrier_wait(kv_empty + slot, parity ^ 1)
-                    # timeline: slot wait end
-                    if cta_rank == leader:
-                        with cute.arch.elect_one():
-                            cute.arch.mbarrier_arrive_and_expect_tx(kv_full + slot, slot_bytes)
-                    if kv == 0:
-                        cute.copy(tma_K, tKgK[None, n_block], tKsK[None, slot], tma_bar_ptr=kv_full + slot)
-                    else:
-                        cute.copy(tma_V, tVgV[None, n_block], tVsV[None, slot], tma_bar_ptr=kv_full + slot)
-                    if n_block == 0 and kv == 0:
-                        # After K_0 (FA4's order: it lands while the Q buffer drains), this tile's Q.
-                        # wait: the previous work tile's last S MMA has read Q. Pairs with the
-                        # leader's tcgen05.commit (its arrive, multicast) on q_empty: one phase per
-                        # work tile, the previous one's, parity (i % 2) ^ 1 (the first passes at once).
-                        cute.arch.mbarrier_wait(q_empty, (tile_iter % 2) ^ 1)
-                        if cta_rank == leader:
-                            with cute.arch.elect_one():
-                                cute.arch.mbarrier_arrive_and_expect_tx(q_full, q_bytes)
-                        for g in cutlass.range_constexpr(NUM_Q_TILES):
-                            cute.copy(tma_Q, tQgQ[None, NUM_Q_TILES * m_block + g], tQsQ[None, g],
-                                      tma_bar_ptr=q_full)
-        # Producer tail: drain the ring and Q before the exit barrier. The kv_empty and q_empty
-        # arrives come from the leader's commits, not from a thread, so no thread's exit orders
-        # them: without these waits one could land after the CTA has exited, in shared memory that
-        # already belongs to the next CTA. Positions 2 N .. 2 N + KV_SLOTS - 1 (N: all K/V tiles of
-        # all work tiles) are the next round of each slot, so their waits are each slot's last phase.
-        total = n_tiles * n_blocks
-        for i in cutlass.range_constexpr(KV_SLOTS):
-            slot, parity = ring_position(2 * total + i)
-            # wait: the last MMAs that read slot s are done. Pairs with the leader's last
-            # tcgen05.commit (its arrive) on kv_empty[s]: parity ^ 1, as in the loop; a slot no
-            # position used (2 N < KV_SLOTS) passes at once, as in round 0.
-            cute.arch.mbarrier_wait(kv_empty + slot, parity ^ 1)
-        # wait: the last work tile's last S has read Q. Pairs with the leader's last commit (its
-        # arrive) on q_empty: work tile n_tiles - 1's phase, parity (n_tiles - 1) % 2, the next
-        # tile's wait parity; with no work tile, the fresh barrier's previous phase passes at once.
-        cute.arch.mbarrier_wait(q_empty, (n_tiles % 2) ^ 1)
-
+        load_warp(tma_Q, tma_K, tma_V, sQ, sK, sVt, tma_mQ, tma_mK, tma_mVt, tma_mO, thr_mma, thr_mma_pv,
+                  q_full, q_empty, kv_full, kv_empty, cluster, n_clusters, m_blocks, heads, n_tiles, n_blocks,
+                  cta_rank, leader)
     elif warp_idx == MMA_WARP and cta_rank == leader:
-        # ------------------------------------------------------------- MMA warp (leader only)
-        # Every MMA below covers both CTAs: rows 0-127 from this CTA's smem and TMEM, rows
-        # 128-255 from the peer's, B's two halves one from each. The peer's MMA warp only
-        # allocates and frees TMEM with this one.
-        # Smem operands as UMMA descriptors, one per 16-wide k-block (and Q tile or ring slot);
-        # the layouts are already split per CTA, so the fragments are the MMA's operands as they
-        # are. P from TMEM.
-        tSrQ = tiled_mma.make_fragment_A(sQ)
-        tSrK = tiled_mma.make_fragment_B(sK)
-        tOrVt = tiled_mma_pv.make_fragment_B(sVt)
-        # P_g, the A operand of O_g += P_g V, in TMEM over S_g's first P_COLS columns. make_fragment_A
-        # gives the operand's layout but a tensor at TMEM address 0, so it is re-based on the
-        # allocated base, viewed as bf16: the pointer then counts bf16 elements, two per column.
-        tOrP = tiled_mma_pv.make_fragment_A(cute.make_tensor(tmem_base, tP_layout))[None, None, None, 0]
-        p_base = cute.arch.retrieve_tmem_ptr(dtype, 16, storage.tmem_base)
-        bf16_per_col = cutlass.Float32.width // dtype.width
-        tOrP = [cute.make_tensor(p_base + TMEM_S_COL[g] * bf16_per_col, tOrP.layout)
-                for g in range(NUM_Q_TILES)]
-
-        for tile_iter in range(n_tiles):
-            first = tile_iter * n_blocks          # K/V tiles of the earlier work tiles: the ring runs on
-            # wait: both Q tiles of both CTAs landed for this work tile (pairs with this CTA's load
-            # warp's expect-tx arrive, which counted the peer's bytes too; one phase per work
-            # tile, parity i % 2).
-            cute.arch.mbarrier_wait(q_full, tile_iter % 2)
-
-            # Prologue: S_0(0) and S_1(0), so that both softmax warpgroups have a tile to start on.
-            # They overwrite S/P of the previous work tile's last P V, issued just before: issue
-            # order protects it, as inside the loop.
-            k_slot, k_parity = ring_position(k_position(first))
-            # wait: K_0's halves landed in slot k (here and in the peer). Pairs with the load warp's
-            # expect-tx arrive (and both CTAs' TMA bytes) on kv_full[k]: the round's parity.
-            # timeline(0): K/V wait begin
-            cute.arch.mbarrier_wait(kv_full + k_slot, k_parity)
-            # timeline(0): K/V wait end
-            tcgen05_fence_after_thread_sync()
-            for g in cutlass.range_constexpr(NUM_Q_TILES):
-                # timeline(0): S{g} begin
-                for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
-                    tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
-                    cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, k_slot], tStS[g])
-                with cute.arch.elect_one():
-                    tcgen05.commit(s_full + g, PAIR_MASK, tcgen05.CtaGroup.TWO)
-                # timeline(0): S{g} end
-            # K_0's slot is free once both S MMAs complete: tell both CTAs' load warps.
-            with cute.arch.elect_one():
-                tcgen05.commit(kv_empty + k_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
-            if n_blocks == 1:
-                # The work tile's last S is issued: Q is free once it completes (both CTAs' load
-                # warps may bring the next work tile's Q).
-                with cute.arch.elect_one():
-                    tcgen05.commit(q_empty, PAIR_MASK, tcgen05.CtaGroup.TWO)
-
-            # Steady state, iteration j: P_0 V(j-1) -> S_0(j) -> P_1 V(j-1) -> S_1(j), as b13; the
-            # barrier phases count K/V tiles across work tiles (first + j).
-            for n_block in range(1, n_blocks):
-                v_slot, v_parity = ring_position(v_position(first + n_block - 1))
-                k_slot, k_parity = ring_position(k_position(first + n_block))
-                for g in cutlass.range_constexpr(NUM_Q_TILES):
-                    # wait: P_g of tile j-1 in TMEM, in both CTAs. Pairs with the arrives of the 256
-                    # softmax threads of Q tile g (128 per CTA, the peer's remote) on p_full[g]: one
-                    # phase per K/V tile, parity (first + j - 1) % 2.
-                    # timeline(n_block - 1): P{g} wait begin
-                    cute.arch.mbarrier_wait(p_full + g, (first + n_block - 1) % 2)
-                    # wait: O_g rescaled to tile j-1's max (or left alone), in both CTAs. Pairs with
-                    # the arrives of the 256 correction threads on o_ready[g]: the same parity.
-                    cute.arch.mbarrier_wait(o_ready + g, (first + n_block - 1) % 2)
-                    if g == 0:
-                        # wait: V_{j-1}'s halves landed in slot v. Pairs with the load warp's
-                        # expect-tx arrive (and both CTAs' bytes) on kv_full[v]: the round's parity.
-                        cute.arch.mbarrier_wait(kv_full + v_slot, v_parity)
-                    # timeline(n_block - 1): P{g} wait end
-                    tcgen05_fence_after_thread_sync()
-                    # timeline(n_block - 1): O{g} begin
-                    for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
-                        tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_block > 1 or kb != 0)
-                        cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, v_slot],
-                                  tOtO[g])
-                    # timeline(n_block - 1): O{g} end
-                    if g == NUM_Q_TILES - 1:
-                        # V_{j-1}'s last MMAs are issued: slot v is free once they complete.
-                        with cute.arch.elect_one():
-                            tcgen05.commit(kv_empty + v_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
-                    if g == 0:
-                        # wait: K_j's halves landed in slot k. Pairs with the load warp's expect-tx
-                        # arrive (and both CTAs' bytes) on kv_full[k]: the round's parity. Taken after
-                        # P_0 V(j-1) is issued, so that MMA does not wait for the load.
-                        # timeline: K/V wait begin
-                        cute.arch.mbarrier_wait(kv_full + k_slot, k_parity)
-                        # timeline: K/V wait end
-                        tcgen05_fence_after_thread_sync()
-                    # S_g(j) = Q_g K_j^T overwrites the columns P_g V(j-1), issued just before, reads
-                    # P_g from. Nothing waits in between: only the issue order of one thread's
-                    # tcgen05.mma keeps the read first (as in FA4; see the writeup). The commit
-                    # covers both MMAs, so softmax g also learns that O_g's last P V is done.
-                    # timeline: S{g} begin
-                    for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
-                        tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
-                        cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, k_slot], tStS[g])
-                    with cute.arch.elect_one():
-                        tcgen05.commit(s_full + g, PAIR_MASK, tcgen05.CtaGroup.TWO)
-                    # timeline: S{g} end
-                    if g == NUM_Q_TILES - 1:
-                        # K_j's last MMAs are issued: slot k is free once they complete.
-                        with cute.arch.elect_one():
-                            tcgen05.commit(kv_empty + k_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
-                        if n_block == n_blocks - 1:
-                            # The work tile's last S is issued: Q is free once it completes.
-                            with cute.arch.elect_one():
-                                tcgen05.commit(q_empty, PAIR_MASK, tcgen05.CtaGroup.TWO)
-
-            # Tail: the work tile's last P V for both Q tiles.
-            last = first + n_blocks - 1
-            v_slot, v_parity = ring_position(v_position(last))
-            for g in cutlass.range_constexpr(NUM_Q_TILES):
-                # wait: P_g of the last K/V tile in TMEM, in both CTAs (p_full[g], parity last % 2).
-                # Pairs with the 256 softmax threads' arrives.
-                # timeline(n_blocks - 1): P{g} wait begin
-                cute.arch.mbarrier_wait(p_full + g, last % 2)
-                # wait: O_g rescaled for the last K/V tile. Pairs with the 256 correction threads'
-                # arrives on o_ready[g]: parity last % 2.
-                cute.arch.mbarrier_wait(o_ready + g, last % 2)
-                if g == 0:
-                    # wait: the last V's halves landed in slot v. Pairs with the load warp's expect-tx
-                    # arrive (and both CTAs' bytes) on kv_full[v]: the round's parity.
-                    cute.arch.mbarrier_wait(kv_full + v_slot, v_parity)
-                # timeline(n_blocks - 1): P{g} wait end
-                tcgen05_fence_after_thread_sync()
-                # timeline(n_blocks - 1): O{g} begin
-                for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
-                    tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_blocks > 1 or kb != 0)
-                    cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, v_slot],
-                              tOtO[g])
-                # timeline(n_blocks - 1): O{g} end
-                # O_g is final once these MMAs complete: softmax g may drain it while P_1 V runs
-                # (one commit per Q tile, as FA4's per-stage o_acc). The next work tile's first
-                # P_g V (no accumulate) overwrites O_g: it waits for p_full of that tile, which
-                # softmax g arrives only after it has drained O_g (below).
-                with cute.arch.elect_one():
-                    tcgen05.commit(o_full + g, PAIR_MASK, tcgen05.CtaGroup.TWO)
-            # The last V slot is free once the last MMAs complete: tell both CTAs' load warps.
-            with cute.arch.elect_one():
-                tcgen05.commit(kv_empty + v_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
-
+        mma_warp(tiled_mma, tiled_mma_pv, sQ, sK, sVt, tStS, tOtO, tP_layout, tmem_base, storage.tmem_base,
+                 q_full, q_empty, kv_full, kv_empty, s_full, p_full, o_ready, o_full, n_tiles, n_blocks)
     elif warp_idx == MMA_WARP:
-        # ----------------------------------------------------------- MMA warp (peer: no MMAs)
-        # The leader's MMA warp issues every MMA of the pair; this one allocated TMEM with it and
-        # frees it with it below.
+        # The peer's MMA warp issues no MMAs: the leader's issues every MMA of the pair; this one
+        # allocated TMEM with it and frees it with it below.
         pass
-
     elif warp_idx == EPILOGUE_WARP:
-        # --------------------------------------------------------------------- epilogue warp
-        # Per work tile and Q tile g: wait until the softmax warpgroup g has written O_g (bf16) to
-        # sO[g], store it with one TMA store, and free sO[g] once the TMA has read it. The stores
-        # of a work tile run while the next work tile's MMAs and softmax do.
-        for tile_iter in range(n_tiles):
-            m_block, head, batch = tile_coords(cluster + tile_iter * n_clusters, m_blocks, heads)
-            _, _, _, gO = tile_views(tma_mQ, tma_mK, tma_mVt, tma_mO, head, batch)
-            tOsO, tOgO = cpasync.tma_partition(tma_O, 0, cute.make_layout(1), cute.group_modes(sO, 0, 2),
-                                               cute.group_modes(gO, 0, 2))
-            for g in cutlass.range_constexpr(NUM_Q_TILES):
-                # wait: sO[g] holds this work tile's O_g. Pairs with the 128 arrives of softmax
-                # warpgroup g on o_epi_full[g] (after their proxy fence): one phase per work tile,
-                # parity i % 2.
-                cute.arch.mbarrier_wait(o_epi_full + g, tile_iter % 2)
-                # The TMA store of this CTA's rows of Q tile g: one copy, two UTMASTG (64-column
-                # boxes of the 128B swizzle); the whole warp executes it, a warp-uniform
-                # instruction (as h14's). One bulk-async group per Q tile.
-                cute.copy(tma_O, tOsO[None, g], tOgO[None, o_row_tile(m_block, g, cta_rank)])
-                cute.arch.cp_async_bulk_commit_group()
-            for g in cutlass.range_constexpr(NUM_Q_TILES):
-                # wait_group.read(1 - g): at most 1 - g groups still reading, so group g has read
-                # sO[g] out (the global writes complete on their own).
-                cute.arch.cp_async_bulk_wait_group(NUM_Q_TILES - 1 - g, read=True)
-                # arrive: sO[g] is free for the next work tile's O_g (o_epi_empty[g]; the softmax's
-                # wait pairs with it). sync_warp first: every lane has passed its wait.
-                cute.arch.sync_warp()
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive(o_epi_empty + g)
-
+        epilogue_warp(tma_O, sO, tma_mQ, tma_mK, tma_mVt, tma_mO, o_epi_full, o_epi_empty,
+                      cluster, n_clusters, m_blocks, heads, n_tiles, cta_rank)
     elif warp_idx > EPILOGUE_WARP:
-        # --------------------------------------------------------------- warp 15 (no role)
-        # It completes the fourth warpgroup (its setmaxnreg above); it waits at the exit barrier.
+        # Warp 15 has no role: it completes the fourth warpgroup (its setmaxnreg above); it waits at
+        # the exit barrier.
         pass
-
     elif warp_idx >= CORRECTION_WARP:
-        # ------------------------------------------------------------ correction warpgroup
-        # Warp 8 + i owns TMEM lanes 32i .. 32i + 31 (its warp index mod 4), the same rows as
-        # softmax warp i (Q tile 0) and softmax warp 4 + i (Q tile 1): thread `row` rescales row
-        # `row` of O_0 and of O_1.
         cute.arch.setmaxregister_decrease(CORRECTION_REGISTERS)
-        quarter = warp_idx - CORRECTION_WARP
-        row = tidx % TILE_M
-        O_chunk0 = cute.composition(tOtO[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
-        load_chunk, store_chunk = make_row_copies(O_chunk0, TMEM_CHUNK)
-        thr_load, thr_store = load_chunk.get_slice(row), store_chunk.get_slice(row)
-        tO_ld0, tO_st0 = thr_load.partition_S(O_chunk0), thr_store.partition_D(O_chunk0)
-        o_shift = TMEM_O_COL[1] - TMEM_O_COL[0]
-        tO_ld = [cute.make_tensor(tO_ld0.iterator + g * o_shift, tO_ld0.layout) for g in range(NUM_Q_TILES)]
-        tO_st = [cute.make_tensor(tO_st0.iterator + g * o_shift, tO_st0.layout) for g in range(NUM_Q_TILES)]
-        r_chunk = cute.make_rmem_tensor(thr_load.partition_D(O_chunk0).shape, cutlass.Float32)
-        num_chunks_O = HEAD_DIM // TMEM_CHUNK
-
-        for _tile_iter in range(n_tiles):          # every work tile: no per-tile state here
-            for n_block in range(n_blocks):
-                # The same order as the MMA warp's P V: Q tile 0, then 1.
-                for g in cutlass.range_constexpr(NUM_Q_TILES):
-                    # barrier: softmax warp 4g + i has written tile j's factors of its 32 rows to
-                    # s_scale (pairs with its barrier_arrive on STATS_BARRIER + 4g + i; bar.sync makes
-                    # its shared-memory writes visible here). Its arrive for tile j + 1 cannot come
-                    # first: S_g(j + 1) is issued after P_g V(j), which waits for our o_ready below.
-                    # timeline: stats wait begin
-                    cute.arch.barrier(barrier_id=STATS_BARRIER + 4 * g + quarter, number_of_threads=STATS_THREADS)
-                    # timeline: stats wait end
-                    # O_g holds P V up to tile j - 1, complete: softmax g passed s_full[g] for S_g(j),
-                    # whose commit also covers the P_g V(j - 1) issued before it.
-                    tcgen05_fence_after_thread_sync()
-                    scale = s_scale[g * TILE_M + row]
-                    # timeline: correction begin
-                    # A work tile's first K/V tile: its P V overwrites O_g (the previous work tile's
-                    # O, which softmax g has drained before the arrive this bar.sync pairs with).
-                    if n_block > 0:
-                        # Rescale this warp's 32 rows of O_g only if one of them needs it (a factor
-                        # below 1: its max moved); rows with factor 1 are multiplied by 1.
-                        if cute.arch.vote_ballot_sync(scale < 1.0) != 0:
-                            for c in cutlass.range_constexpr(num_chunks_O):
-                                cute.copy(thr_load, cute.make_tensor(tO_ld[g].iterator + c * TMEM_CHUNK, tO_ld0.layout),
-                                          r_chunk)
-                                cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld
-                                r_chunk.store(r_chunk.load() * scale)
-                                cute.copy(thr_store, r_chunk,
-                                          cute.make_tensor(tO_st[g].iterator + c * TMEM_CHUNK, tO_st0.layout))
-                            cute.arch.fence_view_async_tmem_store()          # tcgen05.wait::st
-                    # timeline: correction end
-                    # arrive: O_g is ready for P_g V(j) (the leader's o_ready[g], tile j's phase; its
-                    # MMA warp's wait pairs with it; the peer's threads arrive remotely). The tcgen05
-                    # fence orders our TMEM stores before the arrive.
-                    tcgen05_fence_before_thread_sync()
-                    cute.arch.mbarrier_arrive(o_ready + g, leader)
-
+        correction_warpgroup(tOtO, s_scale, o_ready, n_tiles, n_blocks, leader)
     else:
-        # ---------------------------------------------------------------- softmax warpgroups
-        # Warps 4g .. 4g+3 run the softmax of Q tile g; thread `row` owns row (= TMEM lane) `row`
-        # of S_g, P_g and O_g. Warp w touches lanes 32 (w % 4) .. +31: its own quarter.
         cute.arch.setmaxregister_increase(SOFTMAX_REGISTERS)
-        q_tile = warp_idx // 4
-        row = tidx % TILE_M
-
-        # TMEM -> registers, TMEM_CHUNK columns of this thread's row per tcgen05.ld, for S and O
-        # (the epilogue) alike. Chunk c is the first chunk's view moved c * TMEM_CHUNK columns along
-        # (a TMEM address counts 32-bit columns). The copies are built for the 128 threads of one Q
-        # tile (slice `row`); this thread's Q tile picks the columns. O is only read here now: its
-        # rescale is the correction warps'.
-        O_chunk0 = cute.composition(tOtO[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
-        load_chunk, _ = make_row_copies(O_chunk0, TMEM_CHUNK)
-        thr_load = load_chunk.get_slice(row)
-        s_shift = q_tile * (TMEM_S_COL[1] - TMEM_S_COL[0])
-        o_shift = q_tile * (TMEM_O_COL[1] - TMEM_O_COL[0])
-        tO_ld = thr_load.partition_S(O_chunk0)
-        tO_ld = cute.make_tensor(tO_ld.iterator + o_shift, tO_ld.layout)
-        r_chunk = cute.make_rmem_tensor(thr_load.partition_D(O_chunk0).shape, cutlass.Float32)
-        r_chunk_bf16 = cute.make_rmem_tensor(r_chunk.shape, dtype)
-        # P: TMEM_CHUNK keys of P (bf16) fill TMEM_CHUNK / 2 columns. The registers are fp32-typed
-        # for the 32-bit tcgen05.st; the same registers viewed as bf16 receive the converted values.
-        P_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK // 2)))
-        _, store_p = make_row_copies(P_chunk0, TMEM_CHUNK // 2)
-        thr_store_p = store_p.get_slice(row)
-        tP_st = thr_store_p.partition_D(P_chunk0)
-        tP_st = cute.make_tensor(tP_st.iterator + s_shift, tP_st.layout)
-        r_p_cols = cute.make_rmem_tensor(thr_store_p.partition_S(P_chunk0).shape, cutlass.Float32)
-        r_p = cute.make_tensor(cute.recast_ptr(r_p_cols.iterator, dtype=dtype), r_chunk.layout)
-        num_chunks_S, num_chunks_O = TILE_N // TMEM_CHUNK, HEAD_DIM // TMEM_CHUNK
-        # The whole row of S_g (TILE_N fp32 values) in registers, loaded in TMEM_CHUNK-column pieces
-        # (4 x tcgen05.ld.32x32b.x32, as FA4): with 512 threads the launch allows 128 registers,
-        # and ptxas compiles every instruction within that, setmaxnreg or not; b11's single x128
-        # load would need more than 128 in one instruction. r_S[c] views chunk c, the piece the
-        # P stores and the sums work on.
-        S_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
-        load_s, _ = make_row_copies(S_chunk0, TMEM_CHUNK)
-        thr_load_s = load_s.get_slice(row)
-        tS_ld = thr_load_s.partition_S(S_chunk0)
-        tS_ld = cute.make_tensor(tS_ld.iterator + s_shift, tS_ld.layout)
-        r_S_row = cute.make_rmem_tensor(TILE_N, cutlass.Float32)
-        r_S = [cute.make_tensor(r_S_row.iterator + c * TMEM_CHUNK, r_chunk.layout) for c in range(num_chunks_S)]
-        scale_log2 = softmax_scale * LOG2_E
-
-        def chunk(t, c, width=TMEM_CHUNK):
-            return cute.make_tensor(t.iterator + c * width, t.layout)
-
-        for tile_iter in range(n_tiles):
-            first = tile_iter * n_blocks            # K/V tiles of the earlier work tiles
-            row_max = -cutlass.Float32.inf
-            row_sum = cutlass.Float32(0.0)
-            for n_block in range(n_blocks):
-                # wait: S_g of tile j is in TMEM (and tile j-1's P_g V done). Pairs with the leader's
-                # MMA warp's tcgen05.commit (its arrive, multicast to this CTA's s_full[g] too): one
-                # phase per K/V tile, parity (first + j) % 2.
-                # timeline: S wait begin
-                cute.arch.mbarrier_wait(s_full + q_tile, (first + n_block) % 2)
-                # timeline: S wait end
-                # timeline: softmax begin
-                tcgen05_fence_after_thread_sync()
-
-                # Online softmax on this thread's row; the row is whole in one thread, so no shuffles.
-                # S is read from TMEM once: all TILE_N columns of the row into registers (4 loads, one
-                # wait), then the row max, then the exponentials in place.
-                for c in cutlass.range_constexpr(num_chunks_S):
-                    cute.copy(thr_load_s, chunk(tS_ld, c), r_S[c])
-                cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld: r_S is valid
-                m_new = row_max
-                for c in cutlass.range_constexpr(num_chunks_S):
-                    m_new = cute.arch.fmax(r_S[c].load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0), m_new)
-                # Conditional rescaling: the max moves only if it grows by more than RESCALE_THRESHOLD
-                # in log2 units; otherwise the old max stays (P up to 2^8 this tile) and O's factor is
-                # 1. The first tile has m_old = -inf: the max moves, factor 2^-inf = 0 (unused).
-                moved_log2 = (row_max - m_new) * scale_log2
-                rescale = cute.math.exp2(moved_log2, fastmath=True)
-                if moved_log2 >= -RESCALE_THRESHOLD:
-                    m_new = row_max
-                    rescale = cutlass.Float32(1.0)
-                row_max = m_new
-                # This tile's factor for the correction warp of our rows; the arrive on our shared
-                # named barrier (no wait) tells it the warp's 32 factors are there.
-                s_scale[q_tile * TILE_M + row] = rescale
-                cute.arch.barrier_arrive(barrier_id=STATS_BARRIER + 4 * q_tile + warp_idx % 4,
-                                         number_of_threads=STATS_THREADS)
-                # P = exp(scale * (S - m)) = 2^(S * scale_log2 - m * scale_log2): one packed FFMA2 per
-                # pair of scores (the scale folded into the multiply, the max into the addend), then
-                # one ex2.approx.ftz (MUFU.EX2) per score. Summed, and stored (bf16, two per column)
-                # over the first half of this thread's row of S_g, whose values are all in registers.
-                # The row sum is accumulated in pairs too (FADD2), one pair of partial sums per chunk
-                # so that the additions form eight short chains rather than one long one.
-                neg_max_scaled = -m_new * scale_log2
-                tile_sum = cutlass.Float32(0.0)
-                for c in cutlass.range_constexpr(num_chunks_S):
-                    for i in cutlass.range_constexpr(0, TMEM_CHUNK, 2):
-                        r_S[c][i], r_S[c][i + 1] = cute.arch.fma_packed_f32x2(
-                            (r_S[c][i], r_S[c][i + 1]), (scale_log2, scale_log2), (neg_max_scaled, neg_max_scaled))
-                    for i in cutlass.range_constexpr(0, TMEM_CHUNK, 2):
-                        col = c * TMEM_CHUNK + i            # the score's column: the pattern goes by fragment
-                        if ex2_is_emulated(col // EMU_FRAGMENT, col % EMU_FRAGMENT, TILE_N // EMU_FRAGMENT):
-                            r_S[c][i], r_S[c][i + 1] = ex2_emulated_pair(r_S[c][i], r_S[c][i + 1])
-                        else:
-                            r_S[c][i] = cute.math.exp2(r_S[c][i], fastmath=True)
-                            r_S[c][i + 1] = cute.math.exp2(r_S[c][i + 1], fastmath=True)
-                    pair_sum = (r_S[c][0], r_S[c][1])
-                    for i in cutlass.range_constexpr(2, TMEM_CHUNK, 2):
-                        pair_sum = cute.arch.add_packed_f32x2(pair_sum, (r_S[c][i], r_S[c][i + 1]))
-                    tile_sum += pair_sum[0] + pair_sum[1]
-                    r_p.store(r_S[c].load().to(dtype))
-                    cute.copy(thr_store_p, r_p_cols, chunk(tP_st, c, TMEM_CHUNK // 2))
-                row_sum = row_sum * rescale + tile_sum
-                cute.arch.fence_view_async_tmem_store()      # tcgen05.wait::st: P in TMEM
-                # arrive: P_g written (the leader's p_full[g], this tile's phase; its MMA warp's wait
-                # pairs with it; the peer's threads arrive remotely). The tcgen05 fence orders our TMEM
-                # stores before the arrive.
-                tcgen05_fence_before_thread_sync()
-                # timeline: softmax end
-                cute.arch.mbarrier_arrive(p_full + q_tile, leader)
-
-            # wait: O_g is final. Pairs with the leader's MMA warp's tcgen05.commit (its arrive,
-            # multicast to both CTAs' o_full[g]) after the work tile's last P_g V MMAs: one phase
-            # per work tile, parity i % 2.
-            cute.arch.mbarrier_wait(o_full + q_tile, tile_iter % 2)
-            tcgen05_fence_after_thread_sync()
-            # wait: sO[g] is free: the TMA store of the previous work tile's O_g has read it. Pairs
-            # with the epilogue warp's arrive on o_epi_empty[g]: parity (i % 2) ^ 1 (the first work
-            # tile's passes at once).
-            cute.arch.mbarrier_wait(o_epi_empty + q_tile, (tile_iter % 2) ^ 1)
-            # O / rowsum, chunk by chunk from TMEM, to bf16, into this thread's row of sO[g]. The
-            # row's 16 swizzled addresses are computed here, from an opaque copy of the row index:
-            # otherwise the compiler hoists them out of the work-tile loop, where they stay live
-            # through the softmax (under ptxas 12.9 they spilled; under 13.4 they fit).
-            o_row = opaque_i32(row)
-            inv_sum = cute.arch.rcp_approx(row_sum)
-            for c in cutlass.range_constexpr(num_chunks_O):
-                cute.copy(thr_load, chunk(tO_ld, c), r_chunk)
-                cute.arch.fence_view_async_tmem_load()
-                r_chunk_bf16.store((r_chunk.load() * inv_sum).to(dtype))
-                cute.autovec_copy(r_chunk_bf16, row_piece(sO[None, None, q_tile], o_row, c))
-            # fence: this thread's smem writes (generic proxy) become visible to the TMA (async proxy).
-            cute.arch.fence_view_async_shared()
-            # arrive: sO[g] written (o_epi_full[g], this work tile's phase; the epilogue warp's wait
-            # pairs with it). O_g's TMEM reads are complete (wait::ld above) before our next p_full
-            # arrive lets the next work tile's first P V overwrite O_g.
-            cute.arch.mbarrier_arrive(o_epi_full + q_tile)
+        softmax_warpgroup(tStS, tOtO, sO, s_scale, s_full, p_full, o_full, softmax_scale, o_epi_full, o_epi_empty,
+                          n_tiles, n_blocks, leader)
 
     # Free TMEM: every softmax and correction thread's TMEM loads and stores are complete (their
     # wait::ld / wait::st above), fenced before the barrier all 512 threads of this CTA reach at
@@ -989,6 +521,525 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         cute.arch.mbarrier_wait(tmem_free, 0)
         tcgen05_fence_after_thread_sync()
         cute.arch.dealloc_tmem(tmem_base, TMEM_COLS, is_two_cta=True)
+
+
+# ------------------------------------------------------------------------------------ warp roles
+# One function per role; kernel() above sets up what they share and dispatches by warp. Each is
+# a @cute.jit function, traced inline into the kernel (no call in the compiled code).
+
+@cute.jit
+def load_warp(tma_Q: cute.CopyAtom, tma_K: cute.CopyAtom, tma_V: cute.CopyAtom,
+              sQ: cute.Tensor, sK: cute.Tensor, sVt: cute.Tensor,
+              tma_mQ: cute.Tensor, tma_mK: cute.Tensor, tma_mVt: cute.Tensor, tma_mO: cute.Tensor,
+              thr_mma, thr_mma_pv, q_full, q_empty, kv_full, kv_empty,
+              cluster, n_clusters, m_blocks, heads, n_tiles, n_blocks, cta_rank, leader):
+    """TMA producer, in both CTAs, per work tile: K_0, then both Q tiles once the previous work tile
+    has freed Q, then the rest of K_j and V_j (this CTA's halves) into the ring's slots."""
+    dtype = sQ.element_type
+    # In both CTAs: this CTA's part of every tile, into its own smem. TMA partitions: each
+    # smem tile (one Q tile, one ring slot) is one TMA destination; the global side keeps the
+    # tile index. The MMA's slice picks this CTA's rows of Q and its halves of K and V.
+    def tma_partition(atom, smem_tile, gmem_part):
+        return cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(smem_tile, 0, 3),
+                                     cute.group_modes(gmem_part, 0, 3))
+    # The leader's expect-tx counts the pair's bytes: its own part and the peer's, whose
+    # cta_group::2 copies complete on the leader's barrier (the peer's own is never used).
+    q_bytes = CLUSTER_CTAS * cute.size_in_bytes(dtype, sQ.layout)      # both Q tiles, both CTAs
+    slot_bytes = CLUSTER_CTAS * cute.size_in_bytes(dtype, cute.select(sK.layout, mode=[0, 1, 2]))
+    for tile_iter in range(n_tiles):
+        m_block, head, batch = tile_coords(cluster + tile_iter * n_clusters, m_blocks, heads)
+        gQ, gK, gVt, _ = tile_views(tma_mQ, tma_mK, tma_mVt, tma_mO, head, batch)
+        tQsQ, tQgQ = tma_partition(tma_Q, sQ, thr_mma.partition_A(gQ))
+        tKsK, tKgK = tma_partition(tma_K, sK, thr_mma.partition_B(gK))
+        tVsV, tVgV = tma_partition(tma_V, sVt, thr_mma_pv.partition_B(gVt))
+        first = tile_iter * n_blocks          # K/V tiles of the earlier work tiles: the ring runs on
+        for n_block in range(n_blocks):
+            # K_j, then V_j, each into the next slot of the ring.
+            for kv in cutlass.range_constexpr(2):
+                slot, parity = ring_position(2 * (first + n_block) + kv)
+                # wait: slot s is free in this CTA. Pairs with the leader's tcgen05.commit (its
+                # arrive, multicast to both CTAs) on kv_empty[s] after the last MMA that read the
+                # slot's previous round: parity ^ 1. In round 0 the fresh barrier's "previous
+                # phase" (parity 1) counts as complete, so the load warp fills every slot at once.
+                # timeline: slot wait begin
+                cute.arch.mbarrier_wait(kv_empty + slot, parity ^ 1)
+                # timeline: slot wait end
+                if cta_rank == leader:
+                    with cute.arch.elect_one():
+                        cute.arch.mbarrier_arrive_and_expect_tx(kv_full + slot, slot_bytes)
+                if kv == 0:
+                    cute.copy(tma_K, tKgK[None, n_block], tKsK[None, slot], tma_bar_ptr=kv_full + slot)
+                else:
+                    cute.copy(tma_V, tVgV[None, n_block], tVsV[None, slot], tma_bar_ptr=kv_full + slot)
+                if n_block == 0 and kv == 0:
+                    # After K_0 (FA4's order: it lands while the Q buffer drains), this tile's Q.
+                    # wait: the previous work tile's last S MMA has read Q. Pairs with the
+                    # leader's tcgen05.commit (its arrive, multicast) on q_empty: one phase per
+                    # work tile, the previous one's, parity (i % 2) ^ 1 (the first passes at once).
+                    cute.arch.mbarrier_wait(q_empty, (tile_iter % 2) ^ 1)
+                    if cta_rank == leader:
+                        with cute.arch.elect_one():
+                            cute.arch.mbarrier_arrive_and_expect_tx(q_full, q_bytes)
+                    for g in cutlass.range_constexpr(NUM_Q_TILES):
+                        cute.copy(tma_Q, tQgQ[None, NUM_Q_TILES * m_block + g], tQsQ[None, g],
+                                  tma_bar_ptr=q_full)
+    # Producer tail: drain the ring and Q before the exit barrier. The kv_empty and q_empty
+    # arrives come from the leader's commits, not from a thread, so no thread's exit orders
+    # them: without these waits one could land after the CTA has exited, in shared memory that
+    # already belongs to the next CTA. Positions 2 N .. 2 N + KV_SLOTS - 1 (N: all K/V tiles of
+    # all work tiles) are the next round of each slot, so their waits are each slot's last phase.
+    total = n_tiles * n_blocks
+    for i in cutlass.range_constexpr(KV_SLOTS):
+        slot, parity = ring_position(2 * total + i)
+        # wait: the last MMAs that read slot s are done. Pairs with the leader's last
+        # tcgen05.commit (its arrive) on kv_empty[s]: parity ^ 1, as in the loop; a slot no
+        # position used (2 N < KV_SLOTS) passes at once, as in round 0.
+        cute.arch.mbarrier_wait(kv_empty + slot, parity ^ 1)
+    # wait: the last work tile's last S has read Q. Pairs with the leader's last commit (its
+    # arrive) on q_empty: work tile n_tiles - 1's phase, parity (n_tiles - 1) % 2, the next
+    # tile's wait parity; with no work tile, the fresh barrier's previous phase passes at once.
+    cute.arch.mbarrier_wait(q_empty, (n_tiles % 2) ^ 1)
+
+
+@cute.jit
+def mma_warp(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Tensor, sK: cute.Tensor,
+             sVt: cute.Tensor, tStS, tOtO, tP_layout: cute.Layout, tmem_base, tmem_base_slot,
+             q_full, q_empty, kv_full, kv_empty, s_full, p_full, o_ready, o_full, n_tiles, n_blocks):
+    """The leader's MMA warp: one thread issues every tcgen05.mma of the pair, per work tile as in
+    b13: S_0, S_1 of its first K/V tile; then per K/V tile, for each Q tile, O_g += P_g V(j-1) once
+    both CTAs' softmax g and correction warps are done with tile j-1, at once followed by S_g(j)."""
+    dtype = sQ.element_type
+    # Every MMA below covers both CTAs: rows 0-127 from this CTA's smem and TMEM, rows
+    # 128-255 from the peer's, B's two halves one from each. The peer's MMA warp only
+    # allocates and frees TMEM with this one.
+    # Smem operands as UMMA descriptors, one per 16-wide k-block (and Q tile or ring slot);
+    # the layouts are already split per CTA, so the fragments are the MMA's operands as they
+    # are. P from TMEM.
+    tSrQ = tiled_mma.make_fragment_A(sQ)
+    tSrK = tiled_mma.make_fragment_B(sK)
+    tOrVt = tiled_mma_pv.make_fragment_B(sVt)
+    # P_g, the A operand of O_g += P_g V, in TMEM over S_g's first P_COLS columns. make_fragment_A
+    # gives the operand's layout but a tensor at TMEM address 0, so it is re-based on the
+    # allocated base, viewed as bf16: the pointer then counts bf16 elements, two per column.
+    tOrP = tiled_mma_pv.make_fragment_A(cute.make_tensor(tmem_base, tP_layout))[None, None, None, 0]
+    p_base = cute.arch.retrieve_tmem_ptr(dtype, 16, tmem_base_slot)
+    bf16_per_col = cutlass.Float32.width // dtype.width
+    tOrP = [cute.make_tensor(p_base + TMEM_S_COL[g] * bf16_per_col, tOrP.layout)
+            for g in range(NUM_Q_TILES)]
+
+    for tile_iter in range(n_tiles):
+        first = tile_iter * n_blocks          # K/V tiles of the earlier work tiles: the ring runs on
+        # wait: both Q tiles of both CTAs landed for this work tile (pairs with this CTA's load
+        # warp's expect-tx arrive, which counted the peer's bytes too; one phase per work
+        # tile, parity i % 2).
+        cute.arch.mbarrier_wait(q_full, tile_iter % 2)
+
+        # Prologue: S_0(0) and S_1(0), so that both softmax warpgroups have a tile to start on.
+        # They overwrite S/P of the previous work tile's last P V, issued just before: issue
+        # order protects it, as inside the loop.
+        k_slot, k_parity = ring_position(k_position(first))
+        # wait: K_0's halves landed in slot k (here and in the peer). Pairs with the load warp's
+        # expect-tx arrive (and both CTAs' TMA bytes) on kv_full[k]: the round's parity.
+        # timeline(0): K/V wait begin
+        cute.arch.mbarrier_wait(kv_full + k_slot, k_parity)
+        # timeline(0): K/V wait end
+        tcgen05_fence_after_thread_sync()
+        for g in cutlass.range_constexpr(NUM_Q_TILES):
+            # timeline(0): S{g} begin
+            for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+                tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
+                cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, k_slot], tStS[g])
+            with cute.arch.elect_one():
+                tcgen05.commit(s_full + g, PAIR_MASK, tcgen05.CtaGroup.TWO)
+            # timeline(0): S{g} end
+        # K_0's slot is free once both S MMAs complete: tell both CTAs' load warps.
+        with cute.arch.elect_one():
+            tcgen05.commit(kv_empty + k_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
+        if n_blocks == 1:
+            # The work tile's last S is issued: Q is free once it completes (both CTAs' load
+            # warps may bring the next work tile's Q).
+            with cute.arch.elect_one():
+                tcgen05.commit(q_empty, PAIR_MASK, tcgen05.CtaGroup.TWO)
+
+        # Steady state, iteration j: P_0 V(j-1) -> S_0(j) -> P_1 V(j-1) -> S_1(j), as b13; the
+        # barrier phases count K/V tiles across work tiles (first + j).
+        for n_block in range(1, n_blocks):
+            v_slot, v_parity = ring_position(v_position(first + n_block - 1))
+            k_slot, k_parity = ring_position(k_position(first + n_block))
+            for g in cutlass.range_constexpr(NUM_Q_TILES):
+                # wait: P_g of tile j-1 in TMEM, in both CTAs. Pairs with the arrives of the 256
+                # softmax threads of Q tile g (128 per CTA, the peer's remote) on p_full[g]: one
+                # phase per K/V tile, parity (first + j - 1) % 2.
+                # timeline(n_block - 1): P{g} wait begin
+                cute.arch.mbarrier_wait(p_full + g, (first + n_block - 1) % 2)
+                # wait: O_g rescaled to tile j-1's max (or left alone), in both CTAs. Pairs with
+                # the arrives of the 256 correction threads on o_ready[g]: the same parity.
+                cute.arch.mbarrier_wait(o_ready + g, (first + n_block - 1) % 2)
+                if g == 0:
+                    # wait: V_{j-1}'s halves landed in slot v. Pairs with the load warp's
+                    # expect-tx arrive (and both CTAs' bytes) on kv_full[v]: the round's parity.
+                    cute.arch.mbarrier_wait(kv_full + v_slot, v_parity)
+                # timeline(n_block - 1): P{g} wait end
+                tcgen05_fence_after_thread_sync()
+                # timeline(n_block - 1): O{g} begin
+                for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
+                    tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_block > 1 or kb != 0)
+                    cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, v_slot],
+                              tOtO[g])
+                # timeline(n_block - 1): O{g} end
+                if g == NUM_Q_TILES - 1:
+                    # V_{j-1}'s last MMAs are issued: slot v is free once they complete.
+                    with cute.arch.elect_one():
+                        tcgen05.commit(kv_empty + v_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
+                if g == 0:
+                    # wait: K_j's halves landed in slot k. Pairs with the load warp's expect-tx
+                    # arrive (and both CTAs' bytes) on kv_full[k]: the round's parity. Taken after
+                    # P_0 V(j-1) is issued, so that MMA does not wait for the load.
+                    # timeline: K/V wait begin
+                    cute.arch.mbarrier_wait(kv_full + k_slot, k_parity)
+                    # timeline: K/V wait end
+                    tcgen05_fence_after_thread_sync()
+                # S_g(j) = Q_g K_j^T overwrites the columns P_g V(j-1), issued just before, reads
+                # P_g from. Nothing waits in between: only the issue order of one thread's
+                # tcgen05.mma keeps the read first (as in FA4; see the writeup). The commit
+                # covers both MMAs, so softmax g also learns that O_g's last P V is done.
+                # timeline: S{g} begin
+                for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+                    tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
+                    cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, k_slot], tStS[g])
+                with cute.arch.elect_one():
+                    tcgen05.commit(s_full + g, PAIR_MASK, tcgen05.CtaGroup.TWO)
+                # timeline: S{g} end
+                if g == NUM_Q_TILES - 1:
+                    # K_j's last MMAs are issued: slot k is free once they complete.
+                    with cute.arch.elect_one():
+                        tcgen05.commit(kv_empty + k_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
+                    if n_block == n_blocks - 1:
+                        # The work tile's last S is issued: Q is free once it completes.
+                        with cute.arch.elect_one():
+                            tcgen05.commit(q_empty, PAIR_MASK, tcgen05.CtaGroup.TWO)
+
+        # Tail: the work tile's last P V for both Q tiles.
+        last = first + n_blocks - 1
+        v_slot, v_parity = ring_position(v_position(last))
+        for g in cutlass.range_constexpr(NUM_Q_TILES):
+            # wait: P_g of the last K/V tile in TMEM, in both CTAs (p_full[g], parity last % 2).
+            # Pairs with the 256 softmax threads' arrives.
+            # timeline(n_blocks - 1): P{g} wait begin
+            cute.arch.mbarrier_wait(p_full + g, last % 2)
+            # wait: O_g rescaled for the last K/V tile. Pairs with the 256 correction threads'
+            # arrives on o_ready[g]: parity last % 2.
+            cute.arch.mbarrier_wait(o_ready + g, last % 2)
+            if g == 0:
+                # wait: the last V's halves landed in slot v. Pairs with the load warp's expect-tx
+                # arrive (and both CTAs' bytes) on kv_full[v]: the round's parity.
+                cute.arch.mbarrier_wait(kv_full + v_slot, v_parity)
+            # timeline(n_blocks - 1): P{g} wait end
+            tcgen05_fence_after_thread_sync()
+            # timeline(n_blocks - 1): O{g} begin
+            for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
+                tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_blocks > 1 or kb != 0)
+                cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, v_slot],
+                          tOtO[g])
+            # timeline(n_blocks - 1): O{g} end
+            # O_g is final once these MMAs complete: softmax g may drain it while P_1 V runs
+            # (one commit per Q tile, as FA4's per-stage o_acc). The next work tile's first
+            # P_g V (no accumulate) overwrites O_g: it waits for p_full of that tile, which
+            # softmax g arrives only after it has drained O_g (below).
+            with cute.arch.elect_one():
+                tcgen05.commit(o_full + g, PAIR_MASK, tcgen05.CtaGroup.TWO)
+        # The last V slot is free once the last MMAs complete: tell both CTAs' load warps.
+        with cute.arch.elect_one():
+            tcgen05.commit(kv_empty + v_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
+
+
+@cute.jit
+def correction_warpgroup(tOtO, s_scale, o_ready, n_tiles, n_blocks, leader):
+    """Correction warpgroup (warps 8-11): per tile and Q tile, O_g's rescale by the softmax's
+    factors, only in a warp where one of its rows needs it."""
+    tidx, _, _ = cute.arch.thread_idx()
+    warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    # Warp 8 + i owns TMEM lanes 32i .. 32i + 31 (its warp index mod 4), the same rows as
+    # softmax warp i (Q tile 0) and softmax warp 4 + i (Q tile 1): thread `row` rescales row
+    # `row` of O_0 and of O_1.
+    quarter = warp_idx - CORRECTION_WARP
+    row = tidx % TILE_M
+    O_chunk0 = cute.composition(tOtO[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
+    load_chunk, store_chunk = make_row_copies(O_chunk0, TMEM_CHUNK)
+    thr_load, thr_store = load_chunk.get_slice(row), store_chunk.get_slice(row)
+    tO_ld0, tO_st0 = thr_load.partition_S(O_chunk0), thr_store.partition_D(O_chunk0)
+    o_shift = TMEM_O_COL[1] - TMEM_O_COL[0]
+    tO_ld = [cute.make_tensor(tO_ld0.iterator + g * o_shift, tO_ld0.layout) for g in range(NUM_Q_TILES)]
+    tO_st = [cute.make_tensor(tO_st0.iterator + g * o_shift, tO_st0.layout) for g in range(NUM_Q_TILES)]
+    r_chunk = cute.make_rmem_tensor(thr_load.partition_D(O_chunk0).shape, cutlass.Float32)
+    num_chunks_O = HEAD_DIM // TMEM_CHUNK
+
+    for _tile_iter in range(n_tiles):          # every work tile: no per-tile state here
+        for n_block in range(n_blocks):
+            # The same order as the MMA warp's P V: Q tile 0, then 1.
+            for g in cutlass.range_constexpr(NUM_Q_TILES):
+                # barrier: softmax warp 4g + i has written tile j's factors of its 32 rows to
+                # s_scale (pairs with its barrier_arrive on STATS_BARRIER + 4g + i; bar.sync makes
+                # its shared-memory writes visible here). Its arrive for tile j + 1 cannot come
+                # first: S_g(j + 1) is issued after P_g V(j), which waits for our o_ready below.
+                # timeline: stats wait begin
+                cute.arch.barrier(barrier_id=STATS_BARRIER + 4 * g + quarter, number_of_threads=STATS_THREADS)
+                # timeline: stats wait end
+                # O_g holds P V up to tile j - 1, complete: softmax g passed s_full[g] for S_g(j),
+                # whose commit also covers the P_g V(j - 1) issued before it.
+                tcgen05_fence_after_thread_sync()
+                scale = s_scale[g * TILE_M + row]
+                # timeline: correction begin
+                # A work tile's first K/V tile: its P V overwrites O_g (the previous work tile's
+                # O, which softmax g has drained before the arrive this bar.sync pairs with).
+                if n_block > 0:
+                    # Rescale this warp's 32 rows of O_g only if one of them needs it (a factor
+                    # below 1: its max moved); rows with factor 1 are multiplied by 1.
+                    if cute.arch.vote_ballot_sync(scale < 1.0) != 0:
+                        for c in cutlass.range_constexpr(num_chunks_O):
+                            cute.copy(thr_load, cute.make_tensor(tO_ld[g].iterator + c * TMEM_CHUNK, tO_ld0.layout),
+                                      r_chunk)
+                            cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld
+                            r_chunk.store(r_chunk.load() * scale)
+                            cute.copy(thr_store, r_chunk,
+                                      cute.make_tensor(tO_st[g].iterator + c * TMEM_CHUNK, tO_st0.layout))
+                        cute.arch.fence_view_async_tmem_store()          # tcgen05.wait::st
+                # timeline: correction end
+                # arrive: O_g is ready for P_g V(j) (the leader's o_ready[g], tile j's phase; its
+                # MMA warp's wait pairs with it; the peer's threads arrive remotely). The tcgen05
+                # fence orders our TMEM stores before the arrive.
+                tcgen05_fence_before_thread_sync()
+                cute.arch.mbarrier_arrive(o_ready + g, leader)
+
+
+@cute.jit
+def softmax_warpgroup(tStS, tOtO, sO: cute.Tensor, s_scale, s_full, p_full, o_full, softmax_scale: cutlass.Float32,
+                      o_epi_full, o_epi_empty, n_tiles, n_blocks, leader):
+    """Softmax warpgroup g (warps 4g .. 4g+3), per work tile: P_g from S_g in TMEM, O_g's factor for
+    the correction warps, O_g / rowsum into sO[g] for the epilogue warp."""
+    tidx, _, _ = cute.arch.thread_idx()
+    warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    dtype = sO.element_type
+    # Warps 4g .. 4g+3 run the softmax of Q tile g; thread `row` owns row (= TMEM lane) `row`
+    # of S_g, P_g and O_g. Warp w touches lanes 32 (w % 4) .. +31: its own quarter.
+    q_tile = warp_idx // 4
+    row = tidx % TILE_M
+
+    # TMEM -> registers, TMEM_CHUNK columns of this thread's row per tcgen05.ld, for S and O
+    # (the epilogue) alike. Chunk c is the first chunk's view moved c * TMEM_CHUNK columns along
+    # (a TMEM address counts 32-bit columns). The copies are built for the 128 threads of one Q
+    # tile (slice `row`); this thread's Q tile picks the columns. O is only read here now: its
+    # rescale is the correction warps'.
+    O_chunk0 = cute.composition(tOtO[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
+    load_chunk, _ = make_row_copies(O_chunk0, TMEM_CHUNK)
+    thr_load = load_chunk.get_slice(row)
+    s_shift = q_tile * (TMEM_S_COL[1] - TMEM_S_COL[0])
+    o_shift = q_tile * (TMEM_O_COL[1] - TMEM_O_COL[0])
+    tO_ld = thr_load.partition_S(O_chunk0)
+    tO_ld = cute.make_tensor(tO_ld.iterator + o_shift, tO_ld.layout)
+    r_chunk = cute.make_rmem_tensor(thr_load.partition_D(O_chunk0).shape, cutlass.Float32)
+    r_chunk_bf16 = cute.make_rmem_tensor(r_chunk.shape, dtype)
+    # P: TMEM_CHUNK keys of P (bf16) fill TMEM_CHUNK / 2 columns. The registers are fp32-typed
+    # for the 32-bit tcgen05.st; the same registers viewed as bf16 receive the converted values.
+    P_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK // 2)))
+    _, store_p = make_row_copies(P_chunk0, TMEM_CHUNK // 2)
+    thr_store_p = store_p.get_slice(row)
+    tP_st = thr_store_p.partition_D(P_chunk0)
+    tP_st = cute.make_tensor(tP_st.iterator + s_shift, tP_st.layout)
+    r_p_cols = cute.make_rmem_tensor(thr_store_p.partition_S(P_chunk0).shape, cutlass.Float32)
+    r_p = cute.make_tensor(cute.recast_ptr(r_p_cols.iterator, dtype=dtype), r_chunk.layout)
+    num_chunks_S, num_chunks_O = TILE_N // TMEM_CHUNK, HEAD_DIM // TMEM_CHUNK
+    # The whole row of S_g (TILE_N fp32 values) in registers, loaded in TMEM_CHUNK-column pieces
+    # (4 x tcgen05.ld.32x32b.x32, as FA4): with 512 threads the launch allows 128 registers,
+    # and ptxas compiles every instruction within that, setmaxnreg or not; b11's single x128
+    # load would need more than 128 in one instruction. r_S[c] views chunk c, the piece the
+    # P stores and the sums work on.
+    S_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
+    load_s, _ = make_row_copies(S_chunk0, TMEM_CHUNK)
+    thr_load_s = load_s.get_slice(row)
+    tS_ld = thr_load_s.partition_S(S_chunk0)
+    tS_ld = cute.make_tensor(tS_ld.iterator + s_shift, tS_ld.layout)
+    r_S_row = cute.make_rmem_tensor(TILE_N, cutlass.Float32)
+    r_S = [cute.make_tensor(r_S_row.iterator + c * TMEM_CHUNK, r_chunk.layout) for c in range(num_chunks_S)]
+    scale_log2 = softmax_scale * LOG2_E
+
+    def chunk(t, c, width=TMEM_CHUNK):
+        return cute.make_tensor(t.iterator + c * width, t.layout)
+
+    for tile_iter in range(n_tiles):
+        first = tile_iter * n_blocks            # K/V tiles of the earlier work tiles
+        row_max = -cutlass.Float32.inf
+        row_sum = cutlass.Float32(0.0)
+        for n_block in range(n_blocks):
+            # wait: S_g of tile j is in TMEM (and tile j-1's P_g V done). Pairs with the leader's
+            # MMA warp's tcgen05.commit (its arrive, multicast to this CTA's s_full[g] too): one
+            # phase per K/V tile, parity (first + j) % 2.
+            # timeline: S wait begin
+            cute.arch.mbarrier_wait(s_full + q_tile, (first + n_block) % 2)
+            # timeline: S wait end
+            # timeline: softmax begin
+            tcgen05_fence_after_thread_sync()
+
+            # Online softmax on this thread's row; the row is whole in one thread, so no shuffles.
+            # S is read from TMEM once: all TILE_N columns of the row into registers (4 loads, one
+            # wait), then the row max, then the exponentials in place.
+            for c in cutlass.range_constexpr(num_chunks_S):
+                cute.copy(thr_load_s, chunk(tS_ld, c), r_S[c])
+            cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld: r_S is valid
+            m_new = row_max
+            for c in cutlass.range_constexpr(num_chunks_S):
+                m_new = cute.arch.fmax(r_S[c].load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0), m_new)
+            # Conditional rescaling: the max moves only if it grows by more than RESCALE_THRESHOLD
+            # in log2 units; otherwise the old max stays (P up to 2^8 this tile) and O's factor is
+            # 1. The first tile has m_old = -inf: the max moves, factor 2^-inf = 0 (unused).
+            moved_log2 = (row_max - m_new) * scale_log2
+            rescale = cute.math.exp2(moved_log2, fastmath=True)
+            if moved_log2 >= -RESCALE_THRESHOLD:
+                m_new = row_max
+                rescale = cutlass.Float32(1.0)
+            row_max = m_new
+            # This tile's factor for the correction warp of our rows; the arrive on our shared
+            # named barrier (no wait) tells it the warp's 32 factors are there.
+            s_scale[q_tile * TILE_M + row] = rescale
+            cute.arch.barrier_arrive(barrier_id=STATS_BARRIER + 4 * q_tile + warp_idx % 4,
+                                     number_of_threads=STATS_THREADS)
+            # P = exp(scale * (S - m)) = 2^(S * scale_log2 - m * scale_log2): one packed FFMA2 per
+            # pair of scores (the scale folded into the multiply, the max into the addend), then
+            # one ex2.approx.ftz (MUFU.EX2) per score. Summed, and stored (bf16, two per column)
+            # over the first half of this thread's row of S_g, whose values are all in registers.
+            # The row sum is accumulated in pairs too (FADD2), one pair of partial sums per chunk
+            # so that the additions form eight short chains rather than one long one.
+            neg_max_scaled = -m_new * scale_log2
+            tile_sum = cutlass.Float32(0.0)
+            for c in cutlass.range_constexpr(num_chunks_S):
+                for i in cutlass.range_constexpr(0, TMEM_CHUNK, 2):
+                    r_S[c][i], r_S[c][i + 1] = cute.arch.fma_packed_f32x2(
+                        (r_S[c][i], r_S[c][i + 1]), (scale_log2, scale_log2), (neg_max_scaled, neg_max_scaled))
+                for i in cutlass.range_constexpr(0, TMEM_CHUNK, 2):
+                    col = c * TMEM_CHUNK + i            # the score's column: the pattern goes by fragment
+                    if ex2_is_emulated(col // EMU_FRAGMENT, col % EMU_FRAGMENT, TILE_N // EMU_FRAGMENT):
+                        r_S[c][i], r_S[c][i + 1] = ex2_emulated_pair(r_S[c][i], r_S[c][i + 1])
+                    else:
+                        r_S[c][i] = cute.math.exp2(r_S[c][i], fastmath=True)
+                        r_S[c][i + 1] = cute.math.exp2(r_S[c][i + 1], fastmath=True)
+                pair_sum = (r_S[c][0], r_S[c][1])
+                for i in cutlass.range_constexpr(2, TMEM_CHUNK, 2):
+                    pair_sum = cute.arch.add_packed_f32x2(pair_sum, (r_S[c][i], r_S[c][i + 1]))
+                tile_sum += pair_sum[0] + pair_sum[1]
+                r_p.store(r_S[c].load().to(dtype))
+                cute.copy(thr_store_p, r_p_cols, chunk(tP_st, c, TMEM_CHUNK // 2))
+            row_sum = row_sum * rescale + tile_sum
+            cute.arch.fence_view_async_tmem_store()      # tcgen05.wait::st: P in TMEM
+            # arrive: P_g written (the leader's p_full[g], this tile's phase; its MMA warp's wait
+            # pairs with it; the peer's threads arrive remotely). The tcgen05 fence orders our TMEM
+            # stores before the arrive.
+            tcgen05_fence_before_thread_sync()
+            # timeline: softmax end
+            cute.arch.mbarrier_arrive(p_full + q_tile, leader)
+
+        # wait: O_g is final. Pairs with the leader's MMA warp's tcgen05.commit (its arrive,
+        # multicast to both CTAs' o_full[g]) after the work tile's last P_g V MMAs: one phase
+        # per work tile, parity i % 2.
+        cute.arch.mbarrier_wait(o_full + q_tile, tile_iter % 2)
+        tcgen05_fence_after_thread_sync()
+        # wait: sO[g] is free: the TMA store of the previous work tile's O_g has read it. Pairs
+        # with the epilogue warp's arrive on o_epi_empty[g]: parity (i % 2) ^ 1 (the first work
+        # tile's passes at once).
+        cute.arch.mbarrier_wait(o_epi_empty + q_tile, (tile_iter % 2) ^ 1)
+        # O / rowsum, chunk by chunk from TMEM, to bf16, into this thread's row of sO[g]. The
+        # row's 16 swizzled addresses are computed here, from an opaque copy of the row index:
+        # otherwise the compiler hoists them out of the work-tile loop, where they stay live
+        # through the softmax (under ptxas 12.9 they spilled; under 13.4 they fit).
+        o_row = opaque_i32(row)
+        inv_sum = cute.arch.rcp_approx(row_sum)
+        for c in cutlass.range_constexpr(num_chunks_O):
+            cute.copy(thr_load, chunk(tO_ld, c), r_chunk)
+            cute.arch.fence_view_async_tmem_load()
+            r_chunk_bf16.store((r_chunk.load() * inv_sum).to(dtype))
+            cute.autovec_copy(r_chunk_bf16, row_piece(sO[None, None, q_tile], o_row, c))
+        # fence: this thread's smem writes (generic proxy) become visible to the TMA (async proxy).
+        cute.arch.fence_view_async_shared()
+        # arrive: sO[g] written (o_epi_full[g], this work tile's phase; the epilogue warp's wait
+        # pairs with it). O_g's TMEM reads are complete (wait::ld above) before our next p_full
+        # arrive lets the next work tile's first P V overwrite O_g.
+        cute.arch.mbarrier_arrive(o_epi_full + q_tile)
+
+
+@cute.jit
+def epilogue_warp(tma_O: cute.CopyAtom, sO: cute.Tensor, tma_mQ: cute.Tensor, tma_mK: cute.Tensor,
+                  tma_mVt: cute.Tensor, tma_mO: cute.Tensor, o_epi_full, o_epi_empty,
+                  cluster, n_clusters, m_blocks, heads, n_tiles, cta_rank):
+    """The epilogue warp: per work tile, each Q tile's O from sO to global memory by one TMA store."""
+    # Per work tile and Q tile g: wait until the softmax warpgroup g has written O_g (bf16) to
+    # sO[g], store it with one TMA store, and free sO[g] once the TMA has read it. The stores
+    # of a work tile run while the next work tile's MMAs and softmax do.
+    for tile_iter in range(n_tiles):
+        m_block, head, batch = tile_coords(cluster + tile_iter * n_clusters, m_blocks, heads)
+        _, _, _, gO = tile_views(tma_mQ, tma_mK, tma_mVt, tma_mO, head, batch)
+        tOsO, tOgO = cpasync.tma_partition(tma_O, 0, cute.make_layout(1), cute.group_modes(sO, 0, 2),
+                                           cute.group_modes(gO, 0, 2))
+        for g in cutlass.range_constexpr(NUM_Q_TILES):
+            # wait: sO[g] holds this work tile's O_g. Pairs with the 128 arrives of softmax
+            # warpgroup g on o_epi_full[g] (after their proxy fence): one phase per work tile,
+            # parity i % 2.
+            cute.arch.mbarrier_wait(o_epi_full + g, tile_iter % 2)
+            # The TMA store of this CTA's rows of Q tile g: one copy, two UTMASTG (64-column
+            # boxes of the 128B swizzle); the whole warp executes it, a warp-uniform
+            # instruction (as h14's). One bulk-async group per Q tile.
+            cute.copy(tma_O, tOsO[None, g], tOgO[None, o_row_tile(m_block, g, cta_rank)])
+            cute.arch.cp_async_bulk_commit_group()
+        for g in cutlass.range_constexpr(NUM_Q_TILES):
+            # wait_group.read(1 - g): at most 1 - g groups still reading, so group g has read
+            # sO[g] out (the global writes complete on their own).
+            cute.arch.cp_async_bulk_wait_group(NUM_Q_TILES - 1 - g, read=True)
+            # arrive: sO[g] is free for the next work tile's O_g (o_epi_empty[g]; the softmax's
+            # wait pairs with it). sync_warp first: every lane has passed its wait.
+            cute.arch.sync_warp()
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive(o_epi_empty + g)
+
+
+# ------------------------------------------------------------------------------ step facts
+# What the harness reads about this step (ladder/contract.py StepInfo): not part of the kernel.
+INFO = contract.StepInfo(
+    id="b14",
+    slug="persistent",
+    title="Persistent clusters, epilogue warp",
+    change="148 CTAs (74 pairs) walk the work tiles (m-block fastest, then head, batch), each role's barrier phases and ring positions running on across tiles; O goes through shared memory to one TMA store per Q tile by an epilogue warp",
+    archs=("sm_100a",),
+    enabler=False,
+    threads=THREADS,
+    tile_m=NUM_Q_TILES * TILE_M,
+    tile_n=TILE_N,
+    smem_bytes=SMEM_BYTES,
+    predecessor="b13",
+    sass_present=("UTCHMMA", "UTCHMMA.TS", "UTCBAR", "LDTM", "STTM", "UTMALDG", "MUFU.EX2", "FFMA2",
+                  "USETMAXREG", "VOTE", "BAR.ARV", "UTCHMMA.2CTA", "UTCBAR.2CTA", "UTMALDG.2CTA", "UCGABAR",
+                  "UTMASTG"),
+    sass_absent=("HMMA", "HGMMA", "LDSM", "LDG", "LDGSTS", "STG"),
+    tmem_cols=TMEM_COLS,
+    extra={"bound": {"overlap": "pipelined", "loads": "hidden"},
+           "tmem_map": {"S0": (TMEM_S_COL[0], TILE_N), "S1": (TMEM_S_COL[1], TILE_N),
+                        "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)},
+           "tmem_aliases": {"P0": ("S0", 0, P_COLS), "P1": ("S1", 0, P_COLS)},
+           "q_tiles": NUM_Q_TILES,
+           "warp_roles": {"softmax0": tuple(range(0, 4)), "softmax1": tuple(range(4, 8)),
+                          "correction": tuple(range(CORRECTION_WARP, CORRECTION_WARP + CORRECTION_WARPS)),
+                          "mma": (MMA_WARP,), "load": (LOAD_WARP,), "epilogue": (EPILOGUE_WARP,),
+                          "idle": (EPILOGUE_WARP + 1,)},
+           "tmem_warps": tuple(range(CORRECTION_WARP + CORRECTION_WARPS)),
+           "registers": {"softmax": SOFTMAX_REGISTERS, "correction": CORRECTION_REGISTERS, "other": OTHER_REGISTERS},
+           "rescale_threshold": RESCALE_THRESHOLD,
+           "cta_group": CLUSTER_CTAS,
+           "kv_slots": KV_SLOTS,
+           "kv_slot_bytes": 2 * SLOT_ELEMS,
+           "sm_count": SM_COUNT,
+           "spills_at_register_cap": "the warps at 48 registers (MMA, load, epilogue) store and reload some "
+                                     "of their loops' values in local memory (ptxas 13.4; the writeup's roles "
+                                     "block counts them per role); the softmax, at 192, stores nothing",
+           "ex2_emulated_per_tile": EX2_EMULATED_PER_TILE},
+)
+
 
 _attention = contract.make_attention(INFO, host)
 # A cluster covers CLUSTER_CTAS x tile_m query rows: the input checks hold seqlen to that unit.

@@ -45,25 +45,6 @@ ELEMS_PER_COPY = COPY_BITS // 16
 # smem: Q + K + V + P, all bf16, in wgmma's unswizzled (INTERLEAVE) layout.
 SMEM_BYTES = 2 * (TILE_M * HEAD_DIM + 2 * TILE_N * HEAD_DIM + TILE_M * TILE_N)
 
-INFO = contract.StepInfo(
-    id="h02",
-    slug="wgmma",
-    title="wgmma",
-    change="wgmma (SS operands, async, register accumulators), one 64-row warpgroup tile",
-    archs=("sm_90a",),
-    enabler=False,
-    threads=THREADS,
-    tile_m=TILE_M,
-    tile_n=TILE_N,
-    smem_bytes=SMEM_BYTES,
-    predecessor="01",
-    sass_present=("HGMMA", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR", "MUFU.EX2"),
-    sass_absent=("HMMA", "LDSM", "UTMALDG", "LDGSTS"),
-    # For the bound model (harness/model/bound.py): how this kernel's roles overlap, and whether a tile's
-    # loads are waited for. A fact about the kernel, not read by it (not part of its code hash).
-    extra={"bound": {"overlap": "serial", "loads": "exposed"}}
-)
-
 
 def _wgmma_layout(kind, shape, mn_major=False):
     """Tile a wgmma smem layout atom over ``shape``; an MN-major operand is tiled along its
@@ -287,6 +268,28 @@ def _mn_view(acc: cute.Tensor) -> cute.Tensor:
         stride=((dv[1], layout.stride[1]), (dv[0], dv[2], layout.stride[2])),
     )
     return cute.make_tensor(acc.iterator, cute.composition(acc.layout, mn))
+
+
+# ------------------------------------------------------------------------------ step facts
+# What the harness reads about this step (ladder/contract.py StepInfo): not part of the kernel.
+INFO = contract.StepInfo(
+    id="h02",
+    slug="wgmma",
+    title="wgmma",
+    change="wgmma (SS operands, async, register accumulators), one 64-row warpgroup tile",
+    archs=("sm_90a",),
+    enabler=False,
+    threads=THREADS,
+    tile_m=TILE_M,
+    tile_n=TILE_N,
+    smem_bytes=SMEM_BYTES,
+    predecessor="01",
+    sass_present=("HGMMA", "WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR", "MUFU.EX2"),
+    sass_absent=("HMMA", "LDSM", "UTMALDG", "LDGSTS"),
+    # For the bound model (harness/model/bound.py): how this kernel's roles overlap, and whether a tile's
+    # loads are waited for. A fact about the kernel, not read by it (not part of its code hash).
+    extra={"bound": {"overlap": "serial", "loads": "exposed"}}
+)
 
 
 attention = contract.make_attention(INFO, host)

@@ -43,25 +43,6 @@ THREADS = NUM_WARPS * 32
 SMEM_ALIGN = 1024      # the 128B swizzle repeats every 8 rows x 128 B; descriptors assume this base
 SMEM_BYTES = 2 * (TILE_M * HEAD_DIM + 2 * TILE_N * HEAD_DIM)
 
-INFO = contract.StepInfo(
-    id="h06",
-    slug="register_p",
-    title="P stays in registers",
-    change="P stays in registers; O += P V as an RS-wgmma (A operand from registers)",
-    archs=("sm_90a",),
-    enabler=True,
-    threads=THREADS,
-    tile_m=TILE_M,
-    tile_n=TILE_N,
-    smem_bytes=SMEM_BYTES,
-    predecessor="h05",
-    sass_present=("HGMMA", "HGMMA.RS", "UTMALDG", "SYNCS", "MUFU.EX2"),
-    sass_absent=("HMMA", "LDSM", "LDG", "LDGSTS", "STS"),
-    # For the bound model (harness/model/bound.py): how this kernel's roles overlap, and whether a tile's
-    # loads are waited for. A fact about the kernel, not read by it (not part of its code hash).
-    extra={"bound": {"overlap": "lockstep", "loads": "exposed"}}
-)
-
 
 def _wgmma_layout(kind, shape, mn_major=False):
     """Tile a wgmma smem layout atom over ``shape``; an MN-major operand is tiled along its
@@ -337,6 +318,28 @@ def _mn_view(acc: cute.Tensor) -> cute.Tensor:
         stride=((dv[1], layout.stride[1]), (dv[0], dv[2], layout.stride[2])),
     )
     return cute.make_tensor(acc.iterator, cute.composition(acc.layout, mn))
+
+
+# ------------------------------------------------------------------------------ step facts
+# What the harness reads about this step (ladder/contract.py StepInfo): not part of the kernel.
+INFO = contract.StepInfo(
+    id="h06",
+    slug="register_p",
+    title="P stays in registers",
+    change="P stays in registers; O += P V as an RS-wgmma (A operand from registers)",
+    archs=("sm_90a",),
+    enabler=True,
+    threads=THREADS,
+    tile_m=TILE_M,
+    tile_n=TILE_N,
+    smem_bytes=SMEM_BYTES,
+    predecessor="h05",
+    sass_present=("HGMMA", "HGMMA.RS", "UTMALDG", "SYNCS", "MUFU.EX2"),
+    sass_absent=("HMMA", "LDSM", "LDG", "LDGSTS", "STS"),
+    # For the bound model (harness/model/bound.py): how this kernel's roles overlap, and whether a tile's
+    # loads are waited for. A fact about the kernel, not read by it (not part of its code hash).
+    extra={"bound": {"overlap": "lockstep", "loads": "exposed"}}
+)
 
 
 attention = contract.make_attention(INFO, host)

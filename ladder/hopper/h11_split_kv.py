@@ -58,24 +58,6 @@ CONSUMER_REGISTERS = 240
 SMEM_ALIGN = 1024      # the 128B swizzle repeats every 8 rows x 128 B; descriptors assume this base
 SMEM_BYTES = 2 * (TILE_M * HEAD_DIM + NUM_STAGES * 2 * TILE_N * HEAD_DIM)
 
-INFO = contract.StepInfo(
-    id="h11",
-    slug="split_kv",
-    title="Separate K and V pipelines",
-    change="K and V on separate full/empty barriers: K freed after QK^T, V after P V; K_{j+1} loads before V_j",
-    archs=("sm_90a",),
-    enabler=True,
-    threads=THREADS,
-    tile_m=TILE_M,
-    tile_n=TILE_N,
-    smem_bytes=SMEM_BYTES,
-    predecessor="h10",
-    sass_present=("HGMMA", "HGMMA.RS", "UTMALDG", "SYNCS", "MUFU.EX2", "USETMAXREG", "BAR.ARV"),
-    sass_absent=("HMMA", "LDSM", "LDG", "LDGSTS", "STS"),
-    extra={"bound": {"overlap": "pingpong", "loads": "hidden"},
-           "kv_stages": NUM_STAGES, "pingpong_barriers": (PINGPONG_BARRIER, PINGPONG_BARRIER + 1)},
-)
-
 
 def _wgmma_layout(kind, shape, mn_major=False):
     """Tile a wgmma smem layout atom over ``shape`` (a third mode, if any, is the stage, outermost);
@@ -196,7 +178,6 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     tidx, _, _ = cute.arch.thread_idx()
     warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
     m_block, batch, head = cute.arch.block_idx()
-    dtype = mO.element_type
     n_blocks = cute.size(tma_mK.shape[0]) // TILE_N
 
     # This CTA's tiles, as TMA coordinates: gQ (TILE_M, D); gK (TILE_N, D, n_blocks);
@@ -231,193 +212,219 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     cute.arch.sync_threads()
 
     if warp_idx < 4:
-        # ---------------------------------------------------------------- producer warpgroup
-        # setmaxnreg applies to the whole warpgroup (all 4 warps execute it); then warp 0 alone
-        # issues the loads and warps 1-3 are done.
+        # Producer warpgroup. setmaxnreg applies to the whole warpgroup (all 4 warps execute it);
+        # then warp 0 alone issues the loads and warps 1-3 are done.
         cute.arch.setmaxregister_decrease(PRODUCER_REGISTERS)
         if warp_idx == 0:
-            # TMA partitions: each whole smem tile (one ring stage) is one TMA destination; the
-            # global side keeps the tile index (for K and V, which tile of the sequence).
-            def tma_partition(atom, smem, gmem):
-                return cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(smem, 0, 2),
-                                             cute.group_modes(gmem, 0, 2))
-            tQsQ, tQgQ = tma_partition(tma_Q, sQ, gQ)
-            tKsK, tKgK = tma_partition(tma_K, sK, gK)
-            tVsV, tVgV = tma_partition(tma_V, sVt, gVt)
-            q_bytes = cute.size_in_bytes(dtype, sQ_layout)
-            # expect-tx counts one tile's bytes: what one K copy (or one V copy) delivers.
-            k_bytes = cute.size_in_bytes(dtype, cute.select(sK_layout, mode=[0, 1]))
-            v_bytes = cute.size_in_bytes(dtype, cute.select(sVt_layout, mode=[0, 1]))
-
-            # Q once, on q_full's phase 0 (cute.copy of a TMA atom elects its own issuing thread,
-            # so it sits outside elect_one; only the expect-tx arrive is inside).
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive_and_expect_tx(q_full, q_bytes)
-            cute.copy(tma_Q, tQgQ, tQsQ, tma_bar_ptr=q_full)
-            # K_0 first (n_blocks >= 1: the contract requires seqlen to be a positive multiple of
-            # TILE_N); then each iteration loads K_{j+1} before V_j, the order h12's consumers need.
-            # Tile j's K and V go to stage s = j % NUM_STAGES, in round j // NUM_STAGES of that stage.
-            stage, parity = ring_position(0)
-            # wait: K's slot in stage 0 is free. Round 0: the fresh barrier's "previous phase"
-            # (parity ^ 1 = 1) counts as complete, so this passes at once (no consumer arrive yet).
-            cute.arch.mbarrier_wait(k_empty + stage, parity ^ 1)
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive_and_expect_tx(k_full + stage, k_bytes)
-            cute.copy(tma_K, tKgK[None, 0], tKsK[None, stage], tma_bar_ptr=k_full + stage)
-            for n_block in range(n_blocks):
-                if n_block + 1 < n_blocks:
-                    k_stage, k_parity = ring_position(n_block + 1)
-                    # wait: K's slot in stage s' is free: k_empty[s'] completed the previous round
-                    # (the 8 consumer warps' arrives after QK^T of tile j + 1 - NUM_STAGES):
-                    # parity ^ 1; round 0 passes at once.
-                    # timeline: K slot wait begin
-                    cute.arch.mbarrier_wait(k_empty + k_stage, k_parity ^ 1)
-                    # timeline: K slot wait end
-                    with cute.arch.elect_one():
-                        cute.arch.mbarrier_arrive_and_expect_tx(k_full + k_stage, k_bytes)
-                    cute.copy(tma_K, tKgK[None, n_block + 1], tKsK[None, k_stage], tma_bar_ptr=k_full + k_stage)
-                stage, parity = ring_position(n_block)
-                # wait: V's slot in stage s is free: v_empty[s] completed the previous round (the
-                # 8 consumer warps' arrives after P V of tile j - NUM_STAGES): parity ^ 1; round
-                # 0 passes at once.
-                # timeline: V slot wait begin
-                cute.arch.mbarrier_wait(v_empty + stage, parity ^ 1)
-                # timeline: V slot wait end
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(v_full + stage, v_bytes)
-                cute.copy(tma_V, tVgV[None, n_block], tVsV[None, stage], tma_bar_ptr=v_full + stage)
+            producer(tma_Q, tma_K, tma_V, sQ, sK, sVt, gQ, gK, gVt, q_full, k_full, k_empty, v_full, v_empty,
+                     n_blocks)
     else:
-        # ---------------------------------------------------------------- consumer warpgroups
+        # Consumer warpgroups: they take the registers the producer gave back.
         cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)
-        mma_tidx = tidx - WARPGROUP_THREADS      # 0..255 over the two consumer warpgroups
+        consumer(tiled_mma, tiled_mma_pv, sQ, sK, sVt, gO, q_full, k_full, k_empty, v_full, v_empty,
+                 softmax_scale, n_blocks, warp_idx)
 
-        # MMA operands: "fragments" of smem operands are wgmma matrix descriptors (address +
-        # layout), one per 16-wide k-block. S and O accumulate in fp32 registers; consumer
-        # warpgroup g owns rows 64g..64g+63, each of its warps 16 of them. P, the A operand of
-        # P V, is a register fragment.
-        thr_mma = tiled_mma.get_slice(mma_tidx)
-        thr_mma_pv = tiled_mma_pv.get_slice(mma_tidx)
-        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
-        tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
-        tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))
-        acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((TILE_M, TILE_N)), cutlass.Float32)
-        acc_O = cute.make_rmem_tensor(thr_mma_pv.partition_shape_C((TILE_M, HEAD_DIM)), cutlass.Float32)
-        acc_O.fill(0.0)
 
-        # P: acc_S's registers viewed as 8 A fragments (one per 16 keys), then converted to bf16.
-        tOrP = cute.make_rmem_tensor_like(_acc_as_a_fragment(acc_S), dtype)
+# ------------------------------------------------------------------------------------ warp roles
+# One function per role; kernel() above sets up what they share and dispatches by warpgroup. Each
+# is a @cute.jit function, traced inline into the kernel (no call in the compiled code).
 
-        # Row statistics of the online softmax. Within its warp's 16 rows a thread holds rows r
-        # and r+8 (as in mma.sync's m16n8 fragment), so 2 rows here.
-        S_mn = _mn_view(acc_S)
-        O_mn = _mn_view(acc_O)
-        rows_per_thread = cute.size(S_mn, mode=[0])
-        row_max = cute.make_rmem_tensor(rows_per_thread, cutlass.Float32)
-        row_sum = cute.make_rmem_tensor(rows_per_thread, cutlass.Float32)
-        row_max.fill(-cutlass.Float32.inf)
-        row_sum.fill(0.0)
-        # exp(scale * x) = 2^(x * scale * log2(e)): the scale and the change of base in one factor.
-        scale_log2 = softmax_scale * math.log2(math.e)
+@cute.jit
+def producer(tma_Q: cute.CopyAtom, tma_K: cute.CopyAtom, tma_V: cute.CopyAtom,
+             sQ: cute.Tensor, sK: cute.Tensor, sVt: cute.Tensor,
+             gQ: cute.Tensor, gK: cute.Tensor, gVt: cute.Tensor, q_full, k_full, k_empty, v_full, v_empty,
+             n_blocks):
+    """TMA producer (warp 0): Q once, then K_0, then per tile K_{j+1} and V_j into the ring."""
+    dtype = sQ.element_type
+    # TMA partitions: each whole smem tile (one ring stage) is one TMA destination; the
+    # global side keeps the tile index (for K and V, which tile of the sequence).
+    def tma_partition(atom, smem, gmem):
+        return cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(smem, 0, 2),
+                                     cute.group_modes(gmem, 0, 2))
+    tQsQ, tQgQ = tma_partition(tma_Q, sQ, gQ)
+    tKsK, tKgK = tma_partition(tma_K, sK, gK)
+    tVsV, tVgV = tma_partition(tma_V, sVt, gVt)
+    q_bytes = cute.size_in_bytes(dtype, sQ.layout)
+    # expect-tx counts one tile's bytes: what one K copy (or one V copy) delivers.
+    k_bytes = cute.size_in_bytes(dtype, cute.select(sK.layout, mode=[0, 1]))
+    v_bytes = cute.size_in_bytes(dtype, cute.select(sVt.layout, mode=[0, 1]))
 
-        # Turns at the tensor core. Warpgroup 1 hands warpgroup 0 the first turn.
-        wg = warp_idx // 4 - 1                     # consumer warpgroup 0 or 1
-        my_turn, other_turn = PINGPONG_BARRIER + wg, PINGPONG_BARRIER + 1 - wg
-        if wg == 1:
-            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
-
-        # wait: Q landed (the producer's expect-tx arrive on q_full; its only phase, parity 0).
-        cute.arch.mbarrier_wait(q_full, 0)
-        # Take the first turn (warpgroup 0: the pre-arrive above; warpgroup 1: warpgroup 0's
-        # hand-over after its first QK^T).
-        cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)
-
-        for n_block in range(n_blocks):
-            stage, parity = ring_position(n_block)
-            # wait: K_j landed in stage s (k_full[s] completes once per round: the producer's
-            # expect-tx arrive for K_j plus the TMA's bytes): the round's parity.
-            # timeline: K wait begin
-            cute.arch.mbarrier_wait(k_full + stage, parity)
-            # timeline: K wait end
-
-            # S = Q K^T: 8 wgmmas (one per 16 of the head dim), the first overwriting the
-            # accumulator. fence: our register accesses before the async MMAs; commit + wait(0):
-            # the group has finished, so acc_S may be read.
-            # timeline: QK^T begin
-            warpgroup.fence()
-            for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
-                tiled_mma.set(warpgroup.Field.ACCUMULATE, kb != 0)
-                cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb, stage], acc_S)
-            warpgroup.commit_group()
-            # Hand the turn over: the other warpgroup issues its P V and QK^T while this one waits
-            # for S and runs its softmax.
-            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
-            warpgroup.wait_group(0)
-            # timeline: QK^T end
-            # arrive: this warp's QK^T is done reading K_j (k_empty[s], this round; the
-            # producer's wait before K_{j + NUM_STAGES} pairs with it). One lane: it counts warps.
+    # Q once, on q_full's phase 0 (cute.copy of a TMA atom elects its own issuing thread,
+    # so it sits outside elect_one; only the expect-tx arrive is inside).
+    with cute.arch.elect_one():
+        cute.arch.mbarrier_arrive_and_expect_tx(q_full, q_bytes)
+    cute.copy(tma_Q, tQgQ, tQsQ, tma_bar_ptr=q_full)
+    # K_0 first (n_blocks >= 1: the contract requires seqlen to be a positive multiple of
+    # TILE_N); then each iteration loads K_{j+1} before V_j, the order h12's consumers need.
+    # Tile j's K and V go to stage s = j % NUM_STAGES, in round j // NUM_STAGES of that stage.
+    stage, parity = ring_position(0)
+    # wait: K's slot in stage 0 is free. Round 0: the fresh barrier's "previous phase"
+    # (parity ^ 1 = 1) counts as complete, so this passes at once (no consumer arrive yet).
+    cute.arch.mbarrier_wait(k_empty + stage, parity ^ 1)
+    with cute.arch.elect_one():
+        cute.arch.mbarrier_arrive_and_expect_tx(k_full + stage, k_bytes)
+    cute.copy(tma_K, tKgK[None, 0], tKsK[None, stage], tma_bar_ptr=k_full + stage)
+    for n_block in range(n_blocks):
+        if n_block + 1 < n_blocks:
+            k_stage, k_parity = ring_position(n_block + 1)
+            # wait: K's slot in stage s' is free: k_empty[s'] completed the previous round
+            # (the 8 consumer warps' arrives after QK^T of tile j + 1 - NUM_STAGES):
+            # parity ^ 1; round 0 passes at once.
+            # timeline: K slot wait begin
+            cute.arch.mbarrier_wait(k_empty + k_stage, k_parity ^ 1)
+            # timeline: K slot wait end
             with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(k_empty + stage)
+                cute.arch.mbarrier_arrive_and_expect_tx(k_full + k_stage, k_bytes)
+            cute.copy(tma_K, tKgK[None, n_block + 1], tKsK[None, k_stage], tma_bar_ptr=k_full + k_stage)
+        stage, parity = ring_position(n_block)
+        # wait: V's slot in stage s is free: v_empty[s] completed the previous round (the
+        # 8 consumer warps' arrives after P V of tile j - NUM_STAGES): parity ^ 1; round
+        # 0 passes at once.
+        # timeline: V slot wait begin
+        cute.arch.mbarrier_wait(v_empty + stage, parity ^ 1)
+        # timeline: V slot wait end
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive_and_expect_tx(v_full + stage, v_bytes)
+        cute.copy(tma_V, tVgV[None, n_block], tVsV[None, stage], tma_bar_ptr=v_full + stage)
 
-            # timeline: softmax begin
-            # Online softmax, row by row: new max, rescale O and the running sum, exponentiate S.
-            for r in cutlass.range_constexpr(rows_per_thread):
-                s_row = S_mn[r, None].load()
-                m_new = _quad_allreduce(s_row.reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0),
-                                        cute.arch.fmax)
-                m_new = cute.arch.fmax(m_new, row_max[r])
-                # 2^((m_old - m_new) * scale_log2) = exp(scale * (m_old - m_new)); the first tile
-                # has m_old = -inf, so this is 0 (ex2.approx of -inf is +0).
-                rescale = cute.math.exp2((row_max[r] - m_new) * scale_log2, fastmath=True)
-                # P = 2^(s * scale_log2 - m_new * scale_log2): the max is scaled once per row, so
-                # each score costs one FFMA and one ex2.approx.ftz (MUFU.EX2).
-                m_scaled = m_new * scale_log2
-                p_row = cute.math.exp2(s_row * scale_log2 - m_scaled, fastmath=True)
-                row_sum[r] = row_sum[r] * rescale + p_row.reduce(cute.ReductionOp.ADD, 0.0, 0)
-                row_max[r] = m_new
-                S_mn[r, None] = p_row
-                O_mn[r, None] = O_mn[r, None].load() * rescale
 
-            # P (bf16) stays in this thread's registers, already in the A-fragment layout.
-            tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))
-            # timeline: softmax end
+@cute.jit
+def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Tensor, sK: cute.Tensor,
+             sVt: cute.Tensor, gO: cute.Tensor, q_full, k_full, k_empty, v_full, v_empty,
+             softmax_scale: cutlass.Float32, n_blocks, warp_idx):
+    """Consumer warpgroups 1-2: S = Q K^T, the online softmax, O += P V per tile, the epilogue; the two
+    warpgroups take turns at the tensor core (ping-pong on two named barriers)."""
+    tidx, _, _ = cute.arch.thread_idx()
+    dtype = gO.element_type
+    mma_tidx = tidx - WARPGROUP_THREADS      # 0..255 over the two consumer warpgroups
 
-            # wait: V_j landed in stage s (v_full[s]: the producer's expect-tx arrive for V_j plus
-            # the TMA's bytes): the round's parity.
-            # timeline: V wait begin
-            cute.arch.mbarrier_wait(v_full + stage, parity)
-            # timeline: V wait end
-            # Take the turn back (the other warpgroup has issued its QK^T and handed over).
-            # timeline: turn wait begin
-            cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)
-            # timeline: turn wait end
-            # timeline: PV begin
-            # O += P V: 8 wgmmas (one per 16 keys), accumulating onto the rescaled O. The fence
-            # also orders our register writes of P and O before the async MMAs read them.
-            warpgroup.fence()
-            tiled_mma_pv.set(warpgroup.Field.ACCUMULATE, True)
-            for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
-                cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, stage], acc_O)
-            warpgroup.commit_group()
-            warpgroup.wait_group(0)
-            # timeline: PV end
-            # arrive: this warp's P V is done reading V_j (v_empty[s], this round; the producer's
-            # wait before V_{j + NUM_STAGES} pairs with it). One lane per warp: it counts warps.
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(v_empty + stage)
-        # Warpgroup 1's last P V needs one more turn; warpgroup 0's pre-arrive was that turn for
-        # warpgroup 0, so only warpgroup 0 hands over here (every named-barrier generation then
-        # has one sync side and one arrive side, none left half-arrived at exit).
-        if wg == 0:
-            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
+    # MMA operands: "fragments" of smem operands are wgmma matrix descriptors (address +
+    # layout), one per 16-wide k-block. S and O accumulate in fp32 registers; consumer
+    # warpgroup g owns rows 64g..64g+63, each of its warps 16 of them. P, the A operand of
+    # P V, is a register fragment.
+    thr_mma = tiled_mma.get_slice(mma_tidx)
+    thr_mma_pv = tiled_mma_pv.get_slice(mma_tidx)
+    tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
+    tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
+    tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))
+    acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((TILE_M, TILE_N)), cutlass.Float32)
+    acc_O = cute.make_rmem_tensor(thr_mma_pv.partition_shape_C((TILE_M, HEAD_DIM)), cutlass.Float32)
+    acc_O.fill(0.0)
 
-        # Epilogue: O / rowsum, to bf16, stored straight from registers to global memory.
+    # P: acc_S's registers viewed as 8 A fragments (one per 16 keys), then converted to bf16.
+    tOrP = cute.make_rmem_tensor_like(_acc_as_a_fragment(acc_S), dtype)
+
+    # Row statistics of the online softmax. Within its warp's 16 rows a thread holds rows r
+    # and r+8 (as in mma.sync's m16n8 fragment), so 2 rows here.
+    S_mn = _mn_view(acc_S)
+    O_mn = _mn_view(acc_O)
+    rows_per_thread = cute.size(S_mn, mode=[0])
+    row_max = cute.make_rmem_tensor(rows_per_thread, cutlass.Float32)
+    row_sum = cute.make_rmem_tensor(rows_per_thread, cutlass.Float32)
+    row_max.fill(-cutlass.Float32.inf)
+    row_sum.fill(0.0)
+    # exp(scale * x) = 2^(x * scale * log2(e)): the scale and the change of base in one factor.
+    scale_log2 = softmax_scale * math.log2(math.e)
+
+    # Turns at the tensor core. Warpgroup 1 hands warpgroup 0 the first turn.
+    wg = warp_idx // 4 - 1                     # consumer warpgroup 0 or 1
+    my_turn, other_turn = PINGPONG_BARRIER + wg, PINGPONG_BARRIER + 1 - wg
+    if wg == 1:
+        cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
+
+    # wait: Q landed (the producer's expect-tx arrive on q_full; its only phase, parity 0).
+    cute.arch.mbarrier_wait(q_full, 0)
+    # Take the first turn (warpgroup 0: the pre-arrive above; warpgroup 1: warpgroup 0's
+    # hand-over after its first QK^T).
+    cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)
+
+    for n_block in range(n_blocks):
+        stage, parity = ring_position(n_block)
+        # wait: K_j landed in stage s (k_full[s] completes once per round: the producer's
+        # expect-tx arrive for K_j plus the TMA's bytes): the round's parity.
+        # timeline: K wait begin
+        cute.arch.mbarrier_wait(k_full + stage, parity)
+        # timeline: K wait end
+
+        # S = Q K^T: 8 wgmmas (one per 16 of the head dim), the first overwriting the
+        # accumulator. fence: our register accesses before the async MMAs; commit + wait(0):
+        # the group has finished, so acc_S may be read.
+        # timeline: QK^T begin
+        warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+            tiled_mma.set(warpgroup.Field.ACCUMULATE, kb != 0)
+            cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb, stage], acc_S)
+        warpgroup.commit_group()
+        # Hand the turn over: the other warpgroup issues its P V and QK^T while this one waits
+        # for S and runs its softmax.
+        cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
+        warpgroup.wait_group(0)
+        # timeline: QK^T end
+        # arrive: this warp's QK^T is done reading K_j (k_empty[s], this round; the
+        # producer's wait before K_{j + NUM_STAGES} pairs with it). One lane: it counts warps.
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive(k_empty + stage)
+
+        # timeline: softmax begin
+        # Online softmax, row by row: new max, rescale O and the running sum, exponentiate S.
         for r in cutlass.range_constexpr(rows_per_thread):
-            total = _quad_allreduce(row_sum[r], lambda a, b: a + b)
-            O_mn[r, None] = O_mn[r, None].load() * cute.arch.rcp_approx(total)
-        rO = cute.make_fragment_like(acc_O, dtype)
-        rO.store(acc_O.load().to(dtype))
-        store_O = make_fragment_store(dtype, tiled_mma_pv).get_slice(mma_tidx)
-        cute.copy(store_O, store_O.retile(rO), store_O.partition_D(gO))
+            s_row = S_mn[r, None].load()
+            m_new = _quad_allreduce(s_row.reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0),
+                                    cute.arch.fmax)
+            m_new = cute.arch.fmax(m_new, row_max[r])
+            # 2^((m_old - m_new) * scale_log2) = exp(scale * (m_old - m_new)); the first tile
+            # has m_old = -inf, so this is 0 (ex2.approx of -inf is +0).
+            rescale = cute.math.exp2((row_max[r] - m_new) * scale_log2, fastmath=True)
+            # P = 2^(s * scale_log2 - m_new * scale_log2): the max is scaled once per row, so
+            # each score costs one FFMA and one ex2.approx.ftz (MUFU.EX2).
+            m_scaled = m_new * scale_log2
+            p_row = cute.math.exp2(s_row * scale_log2 - m_scaled, fastmath=True)
+            row_sum[r] = row_sum[r] * rescale + p_row.reduce(cute.ReductionOp.ADD, 0.0, 0)
+            row_max[r] = m_new
+            S_mn[r, None] = p_row
+            O_mn[r, None] = O_mn[r, None].load() * rescale
+
+        # P (bf16) stays in this thread's registers, already in the A-fragment layout.
+        tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))
+        # timeline: softmax end
+
+        # wait: V_j landed in stage s (v_full[s]: the producer's expect-tx arrive for V_j plus
+        # the TMA's bytes): the round's parity.
+        # timeline: V wait begin
+        cute.arch.mbarrier_wait(v_full + stage, parity)
+        # timeline: V wait end
+        # Take the turn back (the other warpgroup has issued its QK^T and handed over).
+        # timeline: turn wait begin
+        cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)
+        # timeline: turn wait end
+        # timeline: PV begin
+        # O += P V: 8 wgmmas (one per 16 keys), accumulating onto the rescaled O. The fence
+        # also orders our register writes of P and O before the async MMAs read them.
+        warpgroup.fence()
+        tiled_mma_pv.set(warpgroup.Field.ACCUMULATE, True)
+        for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
+            cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, stage], acc_O)
+        warpgroup.commit_group()
+        warpgroup.wait_group(0)
+        # timeline: PV end
+        # arrive: this warp's P V is done reading V_j (v_empty[s], this round; the producer's
+        # wait before V_{j + NUM_STAGES} pairs with it). One lane per warp: it counts warps.
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive(v_empty + stage)
+    # Warpgroup 1's last P V needs one more turn; warpgroup 0's pre-arrive was that turn for
+    # warpgroup 0, so only warpgroup 0 hands over here (every named-barrier generation then
+    # has one sync side and one arrive side, none left half-arrived at exit).
+    if wg == 0:
+        cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
+
+    # Epilogue: O / rowsum, to bf16, stored straight from registers to global memory.
+    for r in cutlass.range_constexpr(rows_per_thread):
+        total = _quad_allreduce(row_sum[r], lambda a, b: a + b)
+        O_mn[r, None] = O_mn[r, None].load() * cute.arch.rcp_approx(total)
+    rO = cute.make_fragment_like(acc_O, dtype)
+    rO.store(acc_O.load().to(dtype))
+    store_O = make_fragment_store(dtype, tiled_mma_pv).get_slice(mma_tidx)
+    cute.copy(store_O, store_O.retile(rO), store_O.partition_D(gO))
 
 
 def _quad_allreduce(value, op):
@@ -458,6 +465,27 @@ def _mn_view(acc: cute.Tensor) -> cute.Tensor:
         stride=((dv[1], layout.stride[1]), (dv[0], dv[2], layout.stride[2])),
     )
     return cute.make_tensor(acc.iterator, cute.composition(acc.layout, mn))
+
+
+# ------------------------------------------------------------------------------ step facts
+# What the harness reads about this step (ladder/contract.py StepInfo): not part of the kernel.
+INFO = contract.StepInfo(
+    id="h11",
+    slug="split_kv",
+    title="Separate K and V pipelines",
+    change="K and V on separate full/empty barriers: K freed after QK^T, V after P V; K_{j+1} loads before V_j",
+    archs=("sm_90a",),
+    enabler=True,
+    threads=THREADS,
+    tile_m=TILE_M,
+    tile_n=TILE_N,
+    smem_bytes=SMEM_BYTES,
+    predecessor="h10",
+    sass_present=("HGMMA", "HGMMA.RS", "UTMALDG", "SYNCS", "MUFU.EX2", "USETMAXREG", "BAR.ARV"),
+    sass_absent=("HMMA", "LDSM", "LDG", "LDGSTS", "STS"),
+    extra={"bound": {"overlap": "pingpong", "loads": "hidden"},
+           "kv_stages": NUM_STAGES, "pingpong_barriers": (PINGPONG_BARRIER, PINGPONG_BARRIER + 1)},
+)
 
 
 attention = contract.make_attention(INFO, host)

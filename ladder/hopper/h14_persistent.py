@@ -72,25 +72,6 @@ CONSUMER_REGISTERS = 240
 SMEM_ALIGN = 1024      # the 128B swizzle repeats every 8 rows x 128 B; descriptors assume this base
 SMEM_BYTES = 2 * (TILE_M * HEAD_DIM + NUM_STAGES * 2 * TILE_N * HEAD_DIM)
 
-INFO = contract.StepInfo(
-    id="h14",
-    slug="persistent",
-    title="Persistent CTAs",
-    change="one CTA per SM walks a static tile list (m-block, head, batch); the next tile's loads start under the epilogue",
-    archs=("sm_90a",),
-    enabler=False,
-    threads=THREADS,
-    tile_m=TILE_M,
-    tile_n=TILE_N,
-    smem_bytes=SMEM_BYTES,
-    predecessor="h13",
-    sass_present=("HGMMA", "HGMMA.RS", "UTMALDG", "UTMASTG", "STSM", "SYNCS", "MUFU.EX2", "USETMAXREG", "BAR.ARV"),
-    sass_absent=("HMMA", "LDSM", "LDG", "LDGSTS", "STS", "STG"),
-    # softmax_peeled: the first half tile's softmax runs before the loop, a copy of the loop's.
-    extra={"bound": {"overlap": "overlapped", "loads": "hidden"}, "softmax_peeled": 1,
-           "kv_stages": NUM_STAGES, "sm_count": SM_COUNT, "pingpong_barriers": (PINGPONG_BARRIER, PINGPONG_BARRIER + 1)},
-)
-
 
 def _wgmma_layout(kind, shape, mn_major=False):
     """Tile a wgmma smem layout atom over ``shape`` (a third mode, if any, is the stage, outermost);
@@ -243,7 +224,6 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
     cta, _, _ = cute.arch.block_idx()
     n_ctas, _, _ = cute.arch.grid_dim()
-    dtype = mO.element_type
     n_blocks = cute.size(tma_mK.shape[0]) // TILE_N
     # The work: m_blocks x heads x batch tiles; this CTA's are cta, cta + n_ctas, ...
     m_blocks = cute.size(tma_mQ.shape[0]) // TILE_M
@@ -276,259 +256,291 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     cute.arch.sync_threads()
 
     if warp_idx < 4:
-        # ---------------------------------------------------------------- producer warpgroup
-        # setmaxnreg applies to the whole warpgroup (all 4 warps execute it); then warp 0 alone
-        # issues the loads and warps 1-3 are done.
+        # Producer warpgroup. setmaxnreg applies to the whole warpgroup (all 4 warps execute it);
+        # then warp 0 alone issues the loads and warps 1-3 are done.
         cute.arch.setmaxregister_decrease(PRODUCER_REGISTERS)
         if warp_idx == 0:
-            # TMA partitions: each whole smem tile (one ring stage) is one TMA destination; the
-            # global side keeps the tile index (for K and V, which tile of the sequence).
-            def tma_partition(atom, smem, gmem):
-                return cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(smem, 0, 2),
-                                             cute.group_modes(gmem, 0, 2))
-            q_bytes = cute.size_in_bytes(dtype, sQ_layout)
-            # expect-tx counts one tile's bytes: what one K copy (or one V copy) delivers.
-            k_bytes = cute.size_in_bytes(dtype, cute.select(sK_layout, mode=[0, 1]))
-            v_bytes = cute.size_in_bytes(dtype, cute.select(sVt_layout, mode=[0, 1]))
-            for tile_iter in range(n_tiles):
-                m_block, head, batch = tile_coords(cta + tile_iter * n_ctas, m_blocks, heads)
-                gQ, gK, gVt, _ = tile_views(tma_mQ, tma_mK, tma_mVt, tma_mO, m_block, head, batch)
-                kv0 = tile_iter * n_blocks          # K/V tiles this CTA loaded before this work tile
-                tQsQ, tQgQ = tma_partition(tma_Q, sQ, gQ)
-                tKsK, tKgK = tma_partition(tma_K, sK, gK)
-                tVsV, tVgV = tma_partition(tma_V, sVt, gVt)
-
-                # K_0 first, before Q: its stage is free as soon as the QK^T of the K tile two ring
-                # positions back (in the previous work tile) is done, so it loads while the consumers still run the previous
-                # tile's epilogue (n_blocks >= 1: the contract requires seqlen to be a positive
-                # multiple of TILE_N). Then each iteration loads K_{j+1} before V_j (h12's order).
-                # K/V tile j of this work tile is ring position kv0 + j: the ring's count goes on
-                # across work tiles, so the producer fills it without a break between them.
-                stage, parity = ring_position(kv0)
-                # wait: K's slot in that stage is free (pairs with the consumer warps' arrives on
-                # k_empty, the previous round: parity ^ 1; in
-                # round 0 the fresh barrier's "previous phase" counts as complete).
-                cute.arch.mbarrier_wait(k_empty + stage, parity ^ 1)
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(k_full + stage, k_bytes)
-                cute.copy(tma_K, tKgK[None, 0], tKsK[None, stage], tma_bar_ptr=k_full + stage)
-                # wait: sQ is free: the previous work tile's O store has read it (pairs with the store
-                # thread's arrive on q_empty, that tile's
-                # phase: parity (i - 1) % 2 = (i % 2) ^ 1; for the first the fresh barrier's "previous
-                # phase" counts as complete).
-                cute.arch.mbarrier_wait(q_empty, (tile_iter % 2) ^ 1)
-                # Q of this work tile on q_full's phase i (cute.copy of a TMA atom elects its own
-                # issuing thread, so it sits outside elect_one; only the expect-tx arrive is inside).
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(q_full, q_bytes)
-                cute.copy(tma_Q, tQgQ, tQsQ, tma_bar_ptr=q_full)
-                for n_block in range(n_blocks):
-                    if n_block + 1 < n_blocks:
-                        k_stage, k_parity = ring_position(kv0 + n_block + 1)
-                        # wait: K's slot in stage s' is free: k_empty[s'] completed the previous round
-                        # (the 8 consumer warps' arrives after QK^T of ring position p + 1 - NUM_STAGES,
-                        # p = kv0 + j, which may lie in an earlier work tile):
-                        # parity ^ 1; round 0 passes at once.
-                        # timeline: K slot wait begin
-                        cute.arch.mbarrier_wait(k_empty + k_stage, k_parity ^ 1)
-                        # timeline: K slot wait end
-                        with cute.arch.elect_one():
-                            cute.arch.mbarrier_arrive_and_expect_tx(k_full + k_stage, k_bytes)
-                        cute.copy(tma_K, tKgK[None, n_block + 1], tKsK[None, k_stage], tma_bar_ptr=k_full + k_stage)
-                    stage, parity = ring_position(kv0 + n_block)
-                    # wait: V's slot in stage s is free: v_empty[s] completed the previous round (the
-                    # 8 consumer warps' arrives after P V of ring position p - NUM_STAGES): parity ^ 1; round
-                    # 0 passes at once.
-                    # timeline: V slot wait begin
-                    cute.arch.mbarrier_wait(v_empty + stage, parity ^ 1)
-                    # timeline: V slot wait end
-                    with cute.arch.elect_one():
-                        cute.arch.mbarrier_arrive_and_expect_tx(v_full + stage, v_bytes)
-                    cute.copy(tma_V, tVgV[None, n_block], tVsV[None, stage], tma_bar_ptr=v_full + stage)
+            producer(tma_Q, tma_K, tma_V, sQ, sK, sVt, tma_mQ, tma_mK, tma_mVt, tma_mO,
+                     q_full, q_empty, k_full, k_empty, v_full, v_empty, cta, n_ctas, m_blocks, heads, n_tiles,
+                     n_blocks)
     else:
-        # ---------------------------------------------------------------- consumer warpgroups
+        # Consumer warpgroups: they take the registers the producer gave back.
         cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)
-        mma_tidx = tidx - WARPGROUP_THREADS      # 0..255 over the two consumer warpgroups
+        consumer(tiled_mma, tiled_mma_pv, sQ, sK, sVt, tma_mQ, tma_mK, tma_mVt, tma_mO, tma_O,
+                 q_full, q_empty, k_full, k_empty, v_full, v_empty,
+                 softmax_scale, cta, n_ctas, m_blocks, heads, n_tiles, n_blocks, warp_idx)
 
-        # MMA operands: "fragments" of smem operands are wgmma matrix descriptors (address +
-        # layout), one per 16-wide k-block. S and O accumulate in fp32 registers; consumer
-        # warpgroup g owns rows 64g..64g+63, each of its warps 16 of them. P, the A operand of
-        # P V, is a register fragment.
-        thr_mma = tiled_mma.get_slice(mma_tidx)
-        thr_mma_pv = tiled_mma_pv.get_slice(mma_tidx)
-        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
-        tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
-        tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))
-        acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((TILE_M, TILE_N)), cutlass.Float32)
-        acc_O = cute.make_rmem_tensor(thr_mma_pv.partition_shape_C((TILE_M, HEAD_DIM)), cutlass.Float32)
 
-        # P: acc_S's registers viewed as 8 A fragments (one per 16 keys), then converted to bf16.
-        tOrP = cute.make_rmem_tensor_like(_acc_as_a_fragment(acc_S), dtype)
+# ------------------------------------------------------------------------------------ warp roles
+# One function per role; kernel() above sets up what they share and dispatches by warpgroup. Each
+# is a @cute.jit function, traced inline into the kernel (no call in the compiled code).
 
-        # Row statistics of the online softmax. Within its warp's 16 rows a thread holds rows r
-        # and r+8 (as in mma.sync's m16n8 fragment), so 2 rows here.
-        S_mn = _mn_view(acc_S)
-        O_mn = _mn_view(acc_O)
-        rows_per_thread = cute.size(S_mn, mode=[0])
-        row_max = cute.make_rmem_tensor(rows_per_thread, cutlass.Float32)
-        row_sum = cute.make_rmem_tensor(rows_per_thread, cutlass.Float32)
-        # exp(scale * x) = 2^(x * scale * log2(e)): the scale and the change of base in one factor.
-        scale_log2 = softmax_scale * math.log2(math.e)
+@cute.jit
+def producer(tma_Q: cute.CopyAtom, tma_K: cute.CopyAtom, tma_V: cute.CopyAtom,
+             sQ: cute.Tensor, sK: cute.Tensor, sVt: cute.Tensor,
+             tma_mQ: cute.Tensor, tma_mK: cute.Tensor, tma_mVt: cute.Tensor, tma_mO: cute.Tensor,
+             q_full, q_empty, k_full, k_empty, v_full, v_empty, cta, n_ctas, m_blocks, heads, n_tiles,
+             n_blocks):
+    """TMA producer (warp 0), per work tile of this CTA: K_0, Q once sQ is free, then per K/V tile
+    K_{j+1} and V_j into the ring, whose count goes on across work tiles."""
+    dtype = sQ.element_type
+    # TMA partitions: each whole smem tile (one ring stage) is one TMA destination; the
+    # global side keeps the tile index (for K and V, which tile of the sequence).
+    def tma_partition(atom, smem, gmem):
+        return cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(smem, 0, 2),
+                                     cute.group_modes(gmem, 0, 2))
+    q_bytes = cute.size_in_bytes(dtype, sQ.layout)
+    # expect-tx counts one tile's bytes: what one K copy (or one V copy) delivers.
+    k_bytes = cute.size_in_bytes(dtype, cute.select(sK.layout, mode=[0, 1]))
+    v_bytes = cute.size_in_bytes(dtype, cute.select(sVt.layout, mode=[0, 1]))
+    for tile_iter in range(n_tiles):
+        m_block, head, batch = tile_coords(cta + tile_iter * n_ctas, m_blocks, heads)
+        gQ, gK, gVt, _ = tile_views(tma_mQ, tma_mK, tma_mVt, tma_mO, m_block, head, batch)
+        kv0 = tile_iter * n_blocks          # K/V tiles this CTA loaded before this work tile
+        tQsQ, tQgQ = tma_partition(tma_Q, sQ, gQ)
+        tKsK, tKgK = tma_partition(tma_K, sK, gK)
+        tVsV, tVgV = tma_partition(tma_V, sVt, gVt)
 
-        row_scale = cute.make_rmem_tensor(rows_per_thread, cutlass.Float32)   # O's factor, applied late
+        # K_0 first, before Q: its stage is free as soon as the QK^T of the K tile two ring
+        # positions back (in the previous work tile) is done, so it loads while the consumers still run the previous
+        # tile's epilogue (n_blocks >= 1: the contract requires seqlen to be a positive
+        # multiple of TILE_N). Then each iteration loads K_{j+1} before V_j (h12's order).
+        # K/V tile j of this work tile is ring position kv0 + j: the ring's count goes on
+        # across work tiles, so the producer fills it without a break between them.
+        stage, parity = ring_position(kv0)
+        # wait: K's slot in that stage is free (pairs with the consumer warps' arrives on
+        # k_empty, the previous round: parity ^ 1; in
+        # round 0 the fresh barrier's "previous phase" counts as complete).
+        cute.arch.mbarrier_wait(k_empty + stage, parity ^ 1)
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive_and_expect_tx(k_full + stage, k_bytes)
+        cute.copy(tma_K, tKgK[None, 0], tKsK[None, stage], tma_bar_ptr=k_full + stage)
+        # wait: sQ is free: the previous work tile's O store has read it (pairs with the store
+        # thread's arrive on q_empty, that tile's
+        # phase: parity (i - 1) % 2 = (i % 2) ^ 1; for the first the fresh barrier's "previous
+        # phase" counts as complete).
+        cute.arch.mbarrier_wait(q_empty, (tile_iter % 2) ^ 1)
+        # Q of this work tile on q_full's phase i (cute.copy of a TMA atom elects its own
+        # issuing thread, so it sits outside elect_one; only the expect-tx arrive is inside).
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive_and_expect_tx(q_full, q_bytes)
+        cute.copy(tma_Q, tQgQ, tQsQ, tma_bar_ptr=q_full)
+        for n_block in range(n_blocks):
+            if n_block + 1 < n_blocks:
+                k_stage, k_parity = ring_position(kv0 + n_block + 1)
+                # wait: K's slot in stage s' is free: k_empty[s'] completed the previous round
+                # (the 8 consumer warps' arrives after QK^T of ring position p + 1 - NUM_STAGES,
+                # p = kv0 + j, which may lie in an earlier work tile):
+                # parity ^ 1; round 0 passes at once.
+                # timeline: K slot wait begin
+                cute.arch.mbarrier_wait(k_empty + k_stage, k_parity ^ 1)
+                # timeline: K slot wait end
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_arrive_and_expect_tx(k_full + k_stage, k_bytes)
+                cute.copy(tma_K, tKgK[None, n_block + 1], tKsK[None, k_stage], tma_bar_ptr=k_full + k_stage)
+            stage, parity = ring_position(kv0 + n_block)
+            # wait: V's slot in stage s is free: v_empty[s] completed the previous round (the
+            # 8 consumer warps' arrives after P V of ring position p - NUM_STAGES): parity ^ 1; round
+            # 0 passes at once.
+            # timeline: V slot wait begin
+            cute.arch.mbarrier_wait(v_empty + stage, parity ^ 1)
+            # timeline: V slot wait end
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(v_full + stage, v_bytes)
+            cute.copy(tma_V, tVgV[None, n_block], tVsV[None, stage], tma_bar_ptr=v_full + stage)
 
-        for tile_iter in range(n_tiles):
-            m_block, head, batch = tile_coords(cta + tile_iter * n_ctas, m_blocks, heads)
-            _, _, _, gO = tile_views(tma_mQ, tma_mK, tma_mVt, tma_mO, m_block, head, batch)
-            kv0 = tile_iter * n_blocks              # K/V tiles this CTA consumed before this work tile
-            acc_O.fill(0.0)
-            row_max.fill(-cutlass.Float32.inf)
-            row_sum.fill(0.0)
 
-            # Turns at the tensor core, as in h09: warpgroup 1 hands warpgroup 0 the first turn. A turn
-            # now issues QK^T of tile j and P V of tile j-1.
-            wg = warp_idx // 4 - 1                     # consumer warpgroup 0 or 1
-            my_turn, other_turn = PINGPONG_BARRIER + wg, PINGPONG_BARRIER + 1 - wg
-            if wg == 1:
-                cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
+@cute.jit
+def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Tensor, sK: cute.Tensor,
+             sVt: cute.Tensor, tma_mQ: cute.Tensor, tma_mK: cute.Tensor, tma_mVt: cute.Tensor,
+             tma_mO: cute.Tensor, tma_O: cute.CopyAtom, q_full, q_empty, k_full, k_empty, v_full, v_empty,
+             softmax_scale: cutlass.Float32, cta, n_ctas, m_blocks, heads, n_tiles, n_blocks, warp_idx):
+    """Consumer warpgroups 1-2, per work tile of this CTA: per K/V tile S_j = Q K_j^T and O += P_{j-1}
+    V_{j-1} back to back, the softmax of tile j under that P V; the epilogue (O through smem, one TMA
+    store, which hands sQ back to the producer); the two warpgroups take turns (ping-pong)."""
+    tidx, _, _ = cute.arch.thread_idx()
+    dtype = sQ.element_type
+    mma_tidx = tidx - WARPGROUP_THREADS      # 0..255 over the two consumer warpgroups
 
-            # wait: this work tile's Q landed (pairs with the producer's expect-tx arrive on q_full,
-            # phase i: parity i % 2).
-            cute.arch.mbarrier_wait(q_full, tile_iter % 2)
+    # MMA operands: "fragments" of smem operands are wgmma matrix descriptors (address +
+    # layout), one per 16-wide k-block. S and O accumulate in fp32 registers; consumer
+    # warpgroup g owns rows 64g..64g+63, each of its warps 16 of them. P, the A operand of
+    # P V, is a register fragment.
+    thr_mma = tiled_mma.get_slice(mma_tidx)
+    thr_mma_pv = tiled_mma_pv.get_slice(mma_tidx)
+    tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
+    tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
+    tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))
+    acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((TILE_M, TILE_N)), cutlass.Float32)
+    acc_O = cute.make_rmem_tensor(thr_mma_pv.partition_shape_C((TILE_M, HEAD_DIM)), cutlass.Float32)
 
-            # ---- First half K/V tile: S_0 and its softmax; no P V yet.
-            stage, parity = ring_position(kv0)
-            # wait: K_0 landed (pairs with the producer's expect-tx arrive on k_full and the TMA's
-            # bytes; ring position kv0: its round's parity).
+    # P: acc_S's registers viewed as 8 A fragments (one per 16 keys), then converted to bf16.
+    tOrP = cute.make_rmem_tensor_like(_acc_as_a_fragment(acc_S), dtype)
+
+    # Row statistics of the online softmax. Within its warp's 16 rows a thread holds rows r
+    # and r+8 (as in mma.sync's m16n8 fragment), so 2 rows here.
+    S_mn = _mn_view(acc_S)
+    O_mn = _mn_view(acc_O)
+    rows_per_thread = cute.size(S_mn, mode=[0])
+    row_max = cute.make_rmem_tensor(rows_per_thread, cutlass.Float32)
+    row_sum = cute.make_rmem_tensor(rows_per_thread, cutlass.Float32)
+    # exp(scale * x) = 2^(x * scale * log2(e)): the scale and the change of base in one factor.
+    scale_log2 = softmax_scale * math.log2(math.e)
+
+    row_scale = cute.make_rmem_tensor(rows_per_thread, cutlass.Float32)   # O's factor, applied late
+
+    for tile_iter in range(n_tiles):
+        m_block, head, batch = tile_coords(cta + tile_iter * n_ctas, m_blocks, heads)
+        _, _, _, gO = tile_views(tma_mQ, tma_mK, tma_mVt, tma_mO, m_block, head, batch)
+        kv0 = tile_iter * n_blocks              # K/V tiles this CTA consumed before this work tile
+        acc_O.fill(0.0)
+        row_max.fill(-cutlass.Float32.inf)
+        row_sum.fill(0.0)
+
+        # Turns at the tensor core, as in h09: warpgroup 1 hands warpgroup 0 the first turn. A turn
+        # now issues QK^T of tile j and P V of tile j-1.
+        wg = warp_idx // 4 - 1                     # consumer warpgroup 0 or 1
+        my_turn, other_turn = PINGPONG_BARRIER + wg, PINGPONG_BARRIER + 1 - wg
+        if wg == 1:
+            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
+
+        # wait: this work tile's Q landed (pairs with the producer's expect-tx arrive on q_full,
+        # phase i: parity i % 2).
+        cute.arch.mbarrier_wait(q_full, tile_iter % 2)
+
+        # ---- First half K/V tile: S_0 and its softmax; no P V yet.
+        stage, parity = ring_position(kv0)
+        # wait: K_0 landed (pairs with the producer's expect-tx arrive on k_full and the TMA's
+        # bytes; ring position kv0: its round's parity).
+        cute.arch.mbarrier_wait(k_full + stage, parity)
+        # Take the first turn (warpgroup 0: the pre-arrive above; warpgroup 1: warpgroup 0's
+        # hand-over after its first QK^T).
+        cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)
+        # timeline(0): QK^T begin
+        warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+            tiled_mma.set(warpgroup.Field.ACCUMULATE, kb != 0)
+            cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb, stage], acc_S)
+        warpgroup.commit_group()
+        cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
+        warpgroup.wait_group(0)
+        # timeline(0): QK^T end
+        # arrive: this warp's QK^T is done reading K_0 (k_empty of ring position kv0). One lane: it
+        # counts warps.
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive(k_empty + stage)
+        # timeline(0): softmax begin
+        online_softmax(S_mn, row_max, row_sum, row_scale, scale_log2)
+        # P_0 (bf16) into the A-fragment registers. O is still zero: nothing to rescale.
+        tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))
+        # timeline(0): softmax end
+
+        # ---- Steady state, iteration j: QK^T(j) and P V(j-1) in one turn; softmax(j) under P V(j-1).
+        for n_block in range(1, n_blocks):
+            stage, parity = ring_position(kv0 + n_block)
+            prev_stage, prev_parity = ring_position(kv0 + n_block - 1)
+            # wait: K_j landed in stage s (pairs with the producer's expect-tx arrive on k_full[s];
+            # the round's parity).
             cute.arch.mbarrier_wait(k_full + stage, parity)
-            # Take the first turn (warpgroup 0: the pre-arrive above; warpgroup 1: warpgroup 0's
-            # hand-over after its first QK^T).
             cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)
-            # timeline(0): QK^T begin
+
+            # S_j = Q K_j^T, issued and committed as its own group (group 1 of 2). fence: our
+            # register writes of the last iteration (P_{j-1} in tOrP, O rescaled) before the async
+            # MMAs of both GEMMs read them.
+            # timeline: QK^T begin
             warpgroup.fence()
             for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, kb != 0)
                 cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb, stage], acc_S)
             warpgroup.commit_group()
-            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
-            warpgroup.wait_group(0)
-            # timeline(0): QK^T end
-            # arrive: this warp's QK^T is done reading K_0 (k_empty of ring position kv0). One lane: it
-            # counts warps.
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(k_empty + stage)
-            # timeline(0): softmax begin
-            online_softmax(S_mn, row_max, row_sum, row_scale, scale_log2)
-            # P_0 (bf16) into the A-fragment registers. O is still zero: nothing to rescale.
-            tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))
-            # timeline(0): softmax end
-
-            # ---- Steady state, iteration j: QK^T(j) and P V(j-1) in one turn; softmax(j) under P V(j-1).
-            for n_block in range(1, n_blocks):
-                stage, parity = ring_position(kv0 + n_block)
-                prev_stage, prev_parity = ring_position(kv0 + n_block - 1)
-                # wait: K_j landed in stage s (pairs with the producer's expect-tx arrive on k_full[s];
-                # the round's parity).
-                cute.arch.mbarrier_wait(k_full + stage, parity)
-                cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)
-
-                # S_j = Q K_j^T, issued and committed as its own group (group 1 of 2). fence: our
-                # register writes of the last iteration (P_{j-1} in tOrP, O rescaled) before the async
-                # MMAs of both GEMMs read them.
-                # timeline: QK^T begin
-                warpgroup.fence()
-                for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
-                    tiled_mma.set(warpgroup.Field.ACCUMULATE, kb != 0)
-                    cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb, stage], acc_S)
-                warpgroup.commit_group()
-                # wait: V_{j-1} landed (pairs with the producer's expect-tx arrive on v_full; tile
-                # j-1's round parity). Taken after QK^T is issued, so S_j does not wait for V's bytes.
-                cute.arch.mbarrier_wait(v_full + prev_stage, prev_parity)
-                # O += P_{j-1} V_{j-1}, issued right behind S_j without waiting (group 2 of 2).
-                # timeline(n_block - 1): PV begin
-                tiled_mma_pv.set(warpgroup.Field.ACCUMULATE, True)
-                for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
-                    cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, prev_stage], acc_O)
-                warpgroup.commit_group()
-                # Hand the turn over: the other warpgroup issues its two GEMMs next.
-                cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
-                # wait_group(1): at most one group still running, so the older one, S_j, is done and
-                # acc_S may be read; P V (reading tOrP, writing acc_O) may still run.
-                warpgroup.wait_group(1)
-                # timeline: QK^T end
-                # arrive: this warp's QK^T is done reading K_j (k_empty[s], this round).
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive(k_empty + stage)
-
-                # Softmax of tile j on acc_S only: tOrP and acc_O belong to the P V in flight.
-                # timeline: softmax begin
-                online_softmax(S_mn, row_max, row_sum, row_scale, scale_log2)
-                # timeline: softmax end
-                # wait_group(0): P V(j-1) is done: tOrP may be overwritten and acc_O read.
-                warpgroup.wait_group(0)
-                # timeline(n_block - 1): PV end
-                # arrive: this warp's P V is done reading V_{j-1} (v_empty, tile j-1's round).
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive(v_empty + prev_stage)
-                # P_j (bf16) into the registers P V(j-1) has finished reading; O rescaled to the new max.
-                # timeline: P and O rescale begin
-                tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))
-                for r in cutlass.range_constexpr(rows_per_thread):
-                    O_mn[r, None] = O_mn[r, None].load() * row_scale[r]
-                # timeline: P and O rescale end
-
-            # ---- Last half tile: P V of the last tile alone.
-            # wait: the last V landed (pairs with the producer's expect-tx arrive on v_full; its round's
-            # parity).
-            last_stage, last_parity = ring_position(kv0 + n_blocks - 1)
-            cute.arch.mbarrier_wait(v_full + last_stage, last_parity)
-            cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)
-            # timeline(n_blocks - 1): PV begin
-            warpgroup.fence()
+            # wait: V_{j-1} landed (pairs with the producer's expect-tx arrive on v_full; tile
+            # j-1's round parity). Taken after QK^T is issued, so S_j does not wait for V's bytes.
+            cute.arch.mbarrier_wait(v_full + prev_stage, prev_parity)
+            # O += P_{j-1} V_{j-1}, issued right behind S_j without waiting (group 2 of 2).
+            # timeline(n_block - 1): PV begin
             tiled_mma_pv.set(warpgroup.Field.ACCUMULATE, True)
             for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
-                cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, last_stage], acc_O)
+                cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, prev_stage], acc_O)
             warpgroup.commit_group()
-            # Warpgroup 1's pre-arrive gave warpgroup 0 one turn more than its hand-overs do, so only
-            # warpgroup 0 hands over after its last turn: every named-barrier generation then has one
-            # sync side and one arrive side, none left half-arrived at exit.
-            if wg == 0:
-                cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
-            warpgroup.wait_group(0)
-            # timeline(n_blocks - 1): PV end
-            # arrive: the last P V is done reading its V (v_empty, the last tile's round).
+            # Hand the turn over: the other warpgroup issues its two GEMMs next.
+            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
+            # wait_group(1): at most one group still running, so the older one, S_j, is done and
+            # acc_S may be read; P V (reading tOrP, writing acc_O) may still run.
+            warpgroup.wait_group(1)
+            # timeline: QK^T end
+            # arrive: this warp's QK^T is done reading K_j (k_empty[s], this round).
             with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(v_empty + last_stage)
+                cute.arch.mbarrier_arrive(k_empty + stage)
 
-            # Epilogue: O / rowsum, to bf16, into Q's smem with stmatrix, then one TMA store. sO is sQ
-            # itself: this warpgroup's O rows are the Q rows only its own QK^T read, and all of those
-            # have completed (wait_group above), so nothing reads them any more.
+            # Softmax of tile j on acc_S only: tOrP and acc_O belong to the P V in flight.
+            # timeline: softmax begin
+            online_softmax(S_mn, row_max, row_sum, row_scale, scale_log2)
+            # timeline: softmax end
+            # wait_group(0): P V(j-1) is done: tOrP may be overwritten and acc_O read.
+            warpgroup.wait_group(0)
+            # timeline(n_block - 1): PV end
+            # arrive: this warp's P V is done reading V_{j-1} (v_empty, tile j-1's round).
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive(v_empty + prev_stage)
+            # P_j (bf16) into the registers P V(j-1) has finished reading; O rescaled to the new max.
+            # timeline: P and O rescale begin
+            tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))
             for r in cutlass.range_constexpr(rows_per_thread):
-                total = _quad_allreduce(row_sum[r], lambda a, b: a + b)
-                O_mn[r, None] = O_mn[r, None].load() * cute.arch.rcp_approx(total)
-            rO = cute.make_fragment_like(acc_O, dtype)
-            rO.store(acc_O.load().to(dtype))
-            smem_store = make_smem_store(dtype, tiled_mma_pv).get_slice(mma_tidx)
-            cute.copy(smem_store, smem_store.retile(rO), smem_store.partition_D(sQ))
-            # fence: this thread's smem writes (generic proxy) become visible to the TMA (async proxy).
-            cute.arch.fence_view_async_shared()
-            # barrier: all 256 consumer threads have written and fenced their part of the tile.
-            cute.arch.barrier(barrier_id=EPILOGUE_BARRIER, number_of_threads=EPILOGUE_THREADS)
-            if warp_idx == STORE_WARP:
-                tOsO, tOgO = cpasync.tma_partition(tma_O, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
-                                                   cute.group_modes(gO, 0, 2))
-                # One TMA store of the whole tile. The whole warp executes the copy; the store is a
-                # warp-level (uniform) instruction, one UTMASTG per box, as in FA4's epilogue.
-                cute.copy(tma_O, tOsO, tOgO)
-                # commit + wait(read): the TMA has read the tile out of smem, so sQ may take the next
-                # work tile's Q, or the CTA exit (the global writes complete on their own).
-                cute.arch.cp_async_bulk_commit_group()
-                cute.arch.cp_async_bulk_wait_group(0, read=True)
-                # arrive: sQ is free for the next work tile's Q (q_empty; the producer's wait pairs
-                # with it). sync_warp first: every lane of the warp has passed its wait.
-                cute.arch.sync_warp()
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive(q_empty)
+                O_mn[r, None] = O_mn[r, None].load() * row_scale[r]
+            # timeline: P and O rescale end
+
+        # ---- Last half tile: P V of the last tile alone.
+        # wait: the last V landed (pairs with the producer's expect-tx arrive on v_full; its round's
+        # parity).
+        last_stage, last_parity = ring_position(kv0 + n_blocks - 1)
+        cute.arch.mbarrier_wait(v_full + last_stage, last_parity)
+        cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)
+        # timeline(n_blocks - 1): PV begin
+        warpgroup.fence()
+        tiled_mma_pv.set(warpgroup.Field.ACCUMULATE, True)
+        for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
+            cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, last_stage], acc_O)
+        warpgroup.commit_group()
+        # Warpgroup 1's pre-arrive gave warpgroup 0 one turn more than its hand-overs do, so only
+        # warpgroup 0 hands over after its last turn: every named-barrier generation then has one
+        # sync side and one arrive side, none left half-arrived at exit.
+        if wg == 0:
+            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
+        warpgroup.wait_group(0)
+        # timeline(n_blocks - 1): PV end
+        # arrive: the last P V is done reading its V (v_empty, the last tile's round).
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive(v_empty + last_stage)
+
+        # Epilogue: O / rowsum, to bf16, into Q's smem with stmatrix, then one TMA store. sO is sQ
+        # itself: this warpgroup's O rows are the Q rows only its own QK^T read, and all of those
+        # have completed (wait_group above), so nothing reads them any more.
+        for r in cutlass.range_constexpr(rows_per_thread):
+            total = _quad_allreduce(row_sum[r], lambda a, b: a + b)
+            O_mn[r, None] = O_mn[r, None].load() * cute.arch.rcp_approx(total)
+        rO = cute.make_fragment_like(acc_O, dtype)
+        rO.store(acc_O.load().to(dtype))
+        smem_store = make_smem_store(dtype, tiled_mma_pv).get_slice(mma_tidx)
+        cute.copy(smem_store, smem_store.retile(rO), smem_store.partition_D(sQ))
+        # fence: this thread's smem writes (generic proxy) become visible to the TMA (async proxy).
+        cute.arch.fence_view_async_shared()
+        # barrier: all 256 consumer threads have written and fenced their part of the tile.
+        cute.arch.barrier(barrier_id=EPILOGUE_BARRIER, number_of_threads=EPILOGUE_THREADS)
+        if warp_idx == STORE_WARP:
+            tOsO, tOgO = cpasync.tma_partition(tma_O, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
+                                               cute.group_modes(gO, 0, 2))
+            # One TMA store of the whole tile. The whole warp executes the copy; the store is a
+            # warp-level (uniform) instruction, one UTMASTG per box, as in FA4's epilogue.
+            cute.copy(tma_O, tOsO, tOgO)
+            # commit + wait(read): the TMA has read the tile out of smem, so sQ may take the next
+            # work tile's Q, or the CTA exit (the global writes complete on their own).
+            cute.arch.cp_async_bulk_commit_group()
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+            # arrive: sQ is free for the next work tile's Q (q_empty; the producer's wait pairs
+            # with it). sync_warp first: every lane of the warp has passed its wait.
+            cute.arch.sync_warp()
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive(q_empty)
 
 
 def online_softmax(S_mn, row_max, row_sum, row_scale, scale_log2):
@@ -589,6 +601,28 @@ def _mn_view(acc: cute.Tensor) -> cute.Tensor:
         stride=((dv[1], layout.stride[1]), (dv[0], dv[2], layout.stride[2])),
     )
     return cute.make_tensor(acc.iterator, cute.composition(acc.layout, mn))
+
+
+# ------------------------------------------------------------------------------ step facts
+# What the harness reads about this step (ladder/contract.py StepInfo): not part of the kernel.
+INFO = contract.StepInfo(
+    id="h14",
+    slug="persistent",
+    title="Persistent CTAs",
+    change="one CTA per SM walks a static tile list (m-block, head, batch); the next tile's loads start under the epilogue",
+    archs=("sm_90a",),
+    enabler=False,
+    threads=THREADS,
+    tile_m=TILE_M,
+    tile_n=TILE_N,
+    smem_bytes=SMEM_BYTES,
+    predecessor="h13",
+    sass_present=("HGMMA", "HGMMA.RS", "UTMALDG", "UTMASTG", "STSM", "SYNCS", "MUFU.EX2", "USETMAXREG", "BAR.ARV"),
+    sass_absent=("HMMA", "LDSM", "LDG", "LDGSTS", "STS", "STG"),
+    # softmax_peeled: the first half tile's softmax runs before the loop, a copy of the loop's.
+    extra={"bound": {"overlap": "overlapped", "loads": "hidden"}, "softmax_peeled": 1,
+           "kv_stages": NUM_STAGES, "sm_count": SM_COUNT, "pingpong_barriers": (PINGPONG_BARRIER, PINGPONG_BARRIER + 1)},
+)
 
 
 attention = contract.make_attention(INFO, host)
