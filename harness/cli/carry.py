@@ -41,6 +41,8 @@ def records(data: dict):
         for sid, rec in entries.items():
             if isinstance(rec, dict) and "fingerprint" in rec:
                 yield f"selfcheck/{tool}/{sid}", sid, rec
+    for key, rec in data.get("toolchain", {}).get("machine_code", {}).items():   # "h14 sm_90a"
+        yield f"toolchain/{key}", key.split()[0], rec
 
 
 def recorded_source(step, code_hash: str, commits: int = 200) -> str | None:
@@ -73,8 +75,8 @@ def carry(path: Path) -> list[str]:
         if then.get("step") == now["step"] or {k: then.get(k) for k in ("contract", "cutlass_dsl")} != \
                 {k: now[k] for k in ("contract", "cutlass_dsl")}:
             continue
-        arch = _arch(step, data)
-        key = (sid, then["step"])
+        arch = label.split()[-1] if label.startswith("toolchain/") else _arch(step, data)
+        key = (sid, then["step"], arch)
         if key not in cache:
             cache[key] = _same_kernel(step, then["step"], arch)
         same = cache[key]
