@@ -198,23 +198,33 @@ def test_every_committed_row_is_shown_as_current_only_if_it_measured_this_kernel
                 assert cells[2].startswith(tables.STALE), f"{gpu} {step_id}: measured another kernel: {line}"
 
 
-def test_every_carried_record_names_the_machine_code_of_the_step_as_it_is():
-    """A record re-stamped by `ladder carry` says which machine code the GPU ran; the step as it is
-    now must compile to exactly that (here, with the same ptxas), or the record is not carried."""
+def _carried():
     from harness.cli.carry import records
-    from harness.compiler.compile import compile_step
-    carried = [(label, sid, rec) for data in results.all_recorded().values()
-               for label, sid, rec in records(data) if "carried" in rec]
+    return [(label, sid, rec) for data in results.all_recorded().values()
+            for label, sid, rec in records(data) if "carried" in rec]
+
+
+def test_a_carried_record_names_the_code_as_it_is():
+    """A record re-stamped by `ladder carry` names today's code (a later edit makes it stale as any)."""
+    carried = _carried()
     if not carried:
         pytest.skip("no carried record in results/")
-    builds = {}
     for label, sid, rec in carried:
-        key = (sid, rec["carried"]["arch"])
-        if key not in builds:
-            builds[key] = compile_step(resolve(sid), key[1]).machine_code
-        assert rec["carried"]["machine_code"] == builds[key], f"{label}: the step's machine code moved since"
         assert rec["fingerprint"]["step"] == resolve(sid).code_sha256, f"{label}: carried, then the code changed"
-    assert builds
+    assert {rec["carried"]["arch"] for _, _, rec in carried} <= {"sm_90a", "sm_100a"}
+
+
+@pytest.mark.parametrize("key", ["01 sm_90a", "h14 sm_90a", "b10 sm_100a"])
+def test_a_carried_record_names_the_machine_code_of_the_step_as_it_is(key):
+    """The GPU ran the machine code the carried note names; the step as it is, compiled first in a
+    fresh process (as ``carry`` compared them), must compile to exactly that. A sample of steps: each
+    fresh compile takes seconds."""
+    from harness.compiler.compile import fresh_cubin_facts
+    sid, arch = key.split()
+    digests = {rec["carried"]["machine_code"] for _, s, rec in _carried() if s == sid and rec["carried"]["arch"] == arch}
+    if not digests:
+        pytest.skip(f"no carried record of {key}")
+    assert digests == {fresh_cubin_facts(resolve(sid), arch)["machine_code"]}, f"{key}: the machine code moved"
 
 
 def test_carry_leaves_a_record_stale_when_its_code_cannot_be_found(tmp_path):

@@ -3,11 +3,12 @@
 A record names the code it measured (its fingerprint: the step's code hash). A step rewritten for
 the reader (a block moved into a role function, its metadata moved) gets a new hash, and every
 record of it would read as stale, though the GPU would run the same instructions. ``carry`` finds
-the recorded code in git history, compiles it and the step as it is now, and where the two
-kernels' machine code is byte-identical (and, for a timeline, the instrumented copies' SASS too)
-it re-stamps the record with today's fingerprint and a ``carried`` note: from which code hash, the
-machine-code digest both compile to, and when. Anything else stays stale. tests/test_results.py
-holds every carried record to the machine code of the step as it is.
+the recorded code in git history and compiles it and the step as it is now, each as the first
+compile of a fresh process. Where the two kernels' machine code is byte-identical (and, for a
+timeline, the instrumented copies' SASS too) it re-stamps the record with today's fingerprint and
+a ``carried`` note: from which code hash, the machine-code digest both compile to, and when.
+Anything else stays stale. tests/test_results.py holds carried records to a fresh compile of the
+step as it is.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 from harness.cli.common import console
-from harness.compiler.compile import compile_step
+from harness.compiler.compile import fresh_cubin_facts
 from harness.core import results
 from harness.core.paths import BUILD, ROOT
 from harness.core.steps import code_sha256, discover, resolve, variant
@@ -109,8 +110,10 @@ def _same_kernel(step, code_hash: str, arch: str | None):
     old_path = CARRY_DIR / f"{step.path.stem}_{code_hash[:12]}.py"
     old_path.write_text(text)
     old = variant(old_path)
-    digest = compile_step(step, arch).machine_code
-    if compile_step(old, arch).machine_code != digest:
+    # Each compiled as the first of a fresh process: ptxas's output can depend on what a process
+    # compiled before (compile.fresh_cubin_facts), and a GPU job's child compiles fresh.
+    digest = fresh_cubin_facts(step, arch)["machine_code"]
+    if fresh_cubin_facts(old, arch)["machine_code"] != digest:
         return f"its {arch} machine code differs from the recorded code's"
 
     def timeline() -> bool:
