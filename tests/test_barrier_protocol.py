@@ -97,11 +97,11 @@ _KV_EMPTY = "mbarrier_init(kv_empty + stage, NUM_CONSUMER_WARPS)"
 _KV_FULL_WAIT = "cute.arch.mbarrier_wait(kv_full + stage, parity)"
 # b13 (a cluster of two CTAs): the deadlock reports name the warp and the CTA of the barrier
 _B13_KV_FULL_EXPECT = """        if cta_rank == leader:
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(kv_full + slot, slot_bytes)"""
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(kv_full + stage, kv_bytes)"""
 _B14_LOAD_FIRST = """        first = tile_iter * n_blocks          # K/V tiles of the earlier work tiles: the ring runs on
         for n_block in range(n_blocks):
-            # K_j, then V_j"""
+            # Tile j goes to stage s"""
 _B13_MMA_STUCK_ON_P_FULL = r"(?s)deadlock.*mma warp 12 \(cta 0\): [^\n]*waits on cta 0's p_full"
 
 # (id, step, edits, what the error says). Each is a bug a kernel could have; the first three are
@@ -142,10 +142,10 @@ BROKEN = [
     ("h09-both-pre-arrive", "h09", [("    if wg == 1:\n        cute.arch.barrier_arrive(",
                                      "    if wg >= 0:\n        cute.arch.barrier_arrive(")],
      "twice in one generation|deadlock|no generation completed"),
-    # b13: the leader's commit that frees a V slot lands in its own CTA only; the peer's load warp
-    # waits for that slot forever
-    ("b13-commit-without-the-peer-bit", "b13", [("tcgen05.commit(kv_empty + v_slot, PAIR_MASK,",
-                                                 "tcgen05.commit(kv_empty + v_slot, 0b01,")],
+    # b13: the leader's commit that frees the last K/V stage lands in its own CTA only; the peer's
+    # load warp waits for that stage forever (in its producer tail)
+    ("b13-commit-without-the-peer-bit", "b13", [("tcgen05.commit(kv_empty + last_stage, PAIR_MASK,",
+                                                 "tcgen05.commit(kv_empty + last_stage, 0b01,")],
      r"(?s)deadlock.*load warp 13 \(cta 1\): [^\n]*waits on cta 1's kv_empty"),
     # p_full counting one CTA's softmax threads: two completions per tile, the parity aliases
     ("b13-p_full-count-of-one-cta", "b13", [("mbarrier_init(p_full + g, P_FULL_ARRIVALS)",
@@ -182,10 +182,14 @@ BROKEN = [
     # q_empty freed in the leader only: the peer's load warp never loads the next work tile's Q
     ("b14-q_empty-without-the-peer-bit", "b14", [("tcgen05.commit(q_empty, PAIR_MASK,", "tcgen05.commit(q_empty, 0b01,")],
      r"(?s)deadlock.*\(cta 1\)[^\n]*cta 1's q_empty"),
-    # the softmax writes sO again before the TMA store of the previous work tile has read it
-    ("b14-softmax-skips-the-so-empty-wait", "b14",
-     [("        cute.arch.mbarrier_wait(o_epi_empty + q_tile, (tile_iter % 2) ^ 1)\n", "")],
-     "o_epi"),
+    # o_full waited with b13's parity (0) at every work tile: from the second on, the softmax
+    # passes on the first tile's completion and drains O before the last P V has written it
+    ("b14-o_full-parity-of-one-work-tile", "b14", [("mbarrier_wait(o_full, tile_iter % 2)",
+                                                    "mbarrier_wait(o_full, 0)")],
+     "already observed|deadlock"),
+    # no producer tail for Q: the last work tile's q_empty commit may land after the CTA has exited
+    ("b14-no-q_empty-drain", "b14", [("    cute.arch.mbarrier_wait(q_empty, (n_tiles % 2) ^ 1)\n", "")],
+     "q_empty.*asynchronous arrive .* no warp waits for"),
 ]
 
 

@@ -252,7 +252,9 @@ def _kv_bytes_per_tile(step):
 
     @cute.jit
     def measure():
-        _, sK, sVt, *_ = step.module.make_smem_layouts()
+        # b13 on: the layouts come from the 2-CTA MMAs (each CTA's part of the operands)
+        mmas = (step.module.make_tiled_mmas(cutlass.BFloat16) if hasattr(step.module, "CLUSTER_CTAS") else ())
+        _, sK, sVt, *_ = step.module.make_smem_layouts(*mmas)
         found["kv"] = cute.size_in_bytes(cutlass.BFloat16, sK) + cute.size_in_bytes(cutlass.BFloat16, sVt)
 
     measure()
@@ -360,8 +362,10 @@ _LOG2E_LO = "1.925963033500011079e-08"
 
 def test_b10_replaces_the_expf_sequence_by_ffma2_and_ex2_and_reads_s_once():
     """b09's library exp is the expf sequence (FFMA.SAT, FFMA.RM, log2(e)'s lo constant) around each
-    MUFU.EX2; b10 has none of it, one FFMA2 per pair of scores, and loads S once per tile with one
-    tcgen05.ld of all 128 columns, where b09 made two passes of one per TMEM_CHUNK columns (as the O rescale does)."""
+    MUFU.EX2; b10 has none of it, one FFMA2 per pair of scores, and reads S from TMEM once per tile:
+    one load per TMEM_CHUNK columns (the 16-column shape O's loads use), all issued before a single
+    wait, where b09 made two passes with a wait after every load. (The row by one 128-column load
+    is exp:b10-one-s-load.)"""
     from harness.compiler import softmax_budget
     b09, b10 = (softmax_budget.budget(resolve(s), ARCH) for s in ("b09", "b10"))
     t09, t10 = (compile_step(resolve(s), ARCH).sass.text for s in ("b09", "b10"))
@@ -369,10 +373,18 @@ def test_b10_replaces_the_expf_sequence_by_ffma2_and_ex2_and_reads_s_once():
     assert _LOG2E_LO in t09 and _LOG2E_LO not in t10
     assert b10["opcodes"].get("FFMA.SAT", 0) == b10["opcodes"].get("FFMA.RM", 0) == 0
     assert b10["opcodes"]["FFMA2"] == b10["elements_per_thread"] // 2
-    o_chunks = s_chunks = 128 // resolve("b10").module.TMEM_CHUNK
+    columns = resolve("b10").module.TMEM_CHUNK
+    o_chunks = s_chunks = 128 // columns
+    # In the main loop: two passes over S (b09) against one (b10), plus O's rescale in both.
     ldtm = {k: sum(n for op, n in b["opcodes"].items() if op.startswith("LDTM")) for k, b in (("b09", b09), ("b10", b10))}
-    assert ldtm == {"b09": 2 * s_chunks + o_chunks, "b10": 1 + o_chunks}
-    assert ".32x32b.x128." in _ptx(resolve("b10")) and ".32x32b.x128." not in _ptx(resolve("b09"))
+    assert ldtm == {"b09": 2 * s_chunks + o_chunks, "b10": s_chunks + o_chunks}
+    ptx = {s: _ptx(resolve(s)) for s in ("b09", "b10")}
+    shapes = {s: set(re.findall(r"tcgen05\.ld\.sync\.aligned\.(\w+\.x\d+)\.", p)) for s, p in ptx.items()}
+    assert shapes == {"b09": {f"32x32b.x{columns}"}, "b10": {f"32x32b.x{columns}"}}
+    # tcgen05.wait::ld in the kernel: one per S load in b09; one per tile's S in b10; one per O
+    # chunk in the rescale and in the epilogue in both.
+    waits = {s: p.count("tcgen05.wait::ld") for s, p in ptx.items()}
+    assert waits == {"b09": 2 * s_chunks + 2 * o_chunks, "b10": 1 + 2 * o_chunks}
 
 
 @pytest.mark.parametrize("step", BLACKWELL, ids=step_id)
@@ -442,12 +454,48 @@ def test_b12_on_rescales_o_only_in_the_correction_warps_after_a_vote(sid):
     assert b11.count("STTM") > compile_step(step, ARCH).sass.text.count("STTM") - o_chunks
 
 
-def test_b12_keeps_the_max_unless_it_grows_by_more_than_the_threshold():
-    """The comparison with -RESCALE_THRESHOLD (log2 units) is in the kernel: ptxas sees -8.0."""
-    mod = resolve("b12").module
-    assert mod.RESCALE_THRESHOLD == 8.0
-    ptx = _ptx(resolve("b12"))
-    assert "0fC1000000" in ptx                                  # -8.0f
+def test_b12_rescales_exactly_and_fa4s_threshold_is_the_experiment():
+    """b12 keeps the old max only when the new one is not above it: RESCALE_THRESHOLD = 0.0, so
+    the kernel's one `moved_log2 >= -RESCALE_THRESHOLD` compares with 0 (a factor below 1 only when
+    the row's max grew). FA4's lag of up to 8 (log2 units) is exp:b12-rescale-threshold-8,
+    whose comparison ptxas sees with -8.0."""
+    compare = r"setp\.ge\.f32\s+%p\d+, %r\d+, (0f[0-9A-F]{8});"
+    step = resolve("b12")
+    assert step.module.RESCALE_THRESHOLD == 0.0 == step.info.extra["rescale_threshold"]
+    assert re.findall(compare, _ptx(step)) in (["0f00000000"], ["0f80000000"])     # +0.0f or -0.0f
+    lagging = resolve("exp:b12-rescale-threshold-8")
+    assert lagging.module.RESCALE_THRESHOLD == 8.0 == lagging.info.extra["rescale_threshold"]
+    assert re.findall(compare, _ptx(lagging)) == ["0fC1000000"]                    # -8.0f
+
+
+def _softmax_loop_local_memory(spec):
+    """(compile report, LDL, STL) in the step's softmax tile loop: the SASS loop that holds the
+    most MUFU.EX2 (harness/compiler/softmax_budget.py), found without the setmaxnreg regions."""
+    from collections import Counter
+
+    from harness.compiler import softmax_budget
+    report = compile_step(resolve(spec), ARCH)
+    instrs, labels = softmax_budget.parse(report.sass.text)
+    loop, _, notes = softmax_budget.main_loop(instrs, labels)
+    assert loop is not None and not notes, notes
+    mod = resolve(spec).module
+    assert sum(i.opcode == "MUFU.EX2" for i in loop.inline) == mod.TILE_N - mod.EX2_EMULATED_PER_TILE + 1
+    ops = Counter(i.opcode.split(".")[0] for i in loop.inline)
+    return report, ops["LDL"], ops["STL"]
+
+
+def test_b12_setmaxnreg_is_forced_without_it_the_softmax_spills():
+    """16 warps leave every thread 65,536 / 512 = 128 registers. exp:b12-no-setmaxnreg (b12
+    without its three setmaxnreg and min_blocks_per_mp=1) compiles at that cap, and its softmax
+    tile loop (a 128-score row plus the emulation's temporaries) stores to and reloads from local
+    memory; b12, whose softmax warps take 192, has no local-memory access in that loop."""
+    plain, ldl, stl = _softmax_loop_local_memory("exp:b12-no-setmaxnreg")
+    assert plain.registers == 128 and plain.sass.mechanisms.get("USETMAXREG", 0) == 0
+    assert stl > 0 and ldl > 0, (ldl, stl)
+    b12, ldl, stl = _softmax_loop_local_memory("b12")
+    assert b12.registers == 128 and b12.sass.mechanisms["USETMAXREG"] == 3
+    assert (ldl, stl) == (0, 0)
+    assert plain.sass.spills > b12.sass.spills
 
 
 def test_b12_softmax_does_not_spill_and_the_declared_spills_are_elsewhere():
@@ -494,7 +542,8 @@ def test_b13_launches_clusters_of_two_ctas():
 def test_b13_tma_bytes_land_on_the_leaders_barrier_which_expects_the_pairs_bytes():
     """Every TMA load is a cta_group::2 copy whose mbarrier address has the peer bit (bit 24 of a
     shared::cluster address) cleared: CTA 1's bytes count on CTA 0's barrier. The leader's
-    expect-tx therefore announces both CTAs' bytes: 2 x (two Q tiles) and 2 x (one half-tile slot)."""
+    expect-tx therefore announces both CTAs' bytes: 2 x (two Q tiles) and 2 x (one stage: a K half
+    and a V half)."""
     mod = resolve("b13").module
     ptx = _ptx(resolve("b13"))
     copies = re.findall(r"cp\.async\.bulk\.tensor\.\S+ \[[^\]]+\], \[[^\]]+\], \[(%r\d+)\]", ptx)
@@ -503,7 +552,8 @@ def test_b13_tma_bytes_land_on_the_leaders_barrier_which_expects_the_pairs_bytes
         (mask,) = re.findall(rf"and\.b32\s+{re.escape(reg)}, %r\d+, (-?\d+);", ptx)
         assert not int(mask) & (1 << 24), (reg, mask)
     q_bytes = 2 * mod.NUM_Q_TILES * mod.TILE_M * mod.HEAD_DIM
-    assert sorted(set(sass.expect_tx_bytes(ptx))) == [2 * 2 * mod.SLOT_ELEMS, 2 * q_bytes] == [32768, 131072]
+    stage_bytes = 2 * 2 * (mod.TILE_N // mod.CLUSTER_CTAS) * mod.HEAD_DIM     # K half + V half, bf16
+    assert sorted(set(sass.expect_tx_bytes(ptx))) == [2 * stage_bytes, 2 * q_bytes] == [65536, 131072]
 
 
 def test_b13_inits_its_barriers_before_the_cluster_barrier_and_touches_the_peer_only_after():
@@ -575,28 +625,31 @@ def test_b13_each_cta_holds_its_q_rows_and_half_of_every_k_and_v_tile():
 
 
 def test_b13_halves_the_kv_bytes_each_sm_loads_per_tile():
-    """Per K/V tile each CTA loads two half-tile slots (its K half and its V half): 32 KB instead
-    of b12's 64 KB, for the same 256 query rows per CTA."""
+    """Per K/V tile each CTA loads its K half and its V half: a ring stage of 32 KB instead of
+    b12's 64 KB, for the same 256 query rows per CTA (the layouts' own sizes)."""
     b12, b13 = resolve("b12").module, resolve("b13").module
-    per_cta = {"b12": _kv_bytes_per_tile(resolve("b12")) // b12.NUM_STAGES, "b13": 2 * 2 * b13.SLOT_ELEMS}
+    per_cta = {s.id: _kv_bytes_per_tile(s) // s.module.NUM_STAGES for s in (resolve("b12"), resolve("b13"))}
     assert per_cta == {"b12": 65536, "b13": 32768}
     assert b12.INFO.tile_m == b13.INFO.tile_m
 
 
-def test_b13_emulates_fa4s_two_cta_share_of_the_exponentials():
-    """FA4's 2-CTA setting (ex2_emu_freq 10): elements 6-9, 16-19, 26-29 of the two middle
-    32-element fragments, 24 of 128; the softmax issues 128 - 24 MUFU.EX2 per row and tile (plus
-    one for the rescale factor)."""
-    step = resolve("b13")
-    mod = step.module
-    emulated = [(c, i) for c in range(4) for i in range(0, 32, 2) if mod.ex2_is_emulated(c, i, 4)]
-    assert [i for c, i in emulated if c == 1] == [6, 8, 16, 18, 26, 28]
-    assert 2 * len(emulated) == mod.EX2_EMULATED_PER_TILE == 24
-    (softmax,) = _roles_by_registers(step)[mod.SOFTMAX_REGISTERS]
-    assert softmax.count("MUFU.EX2") == mod.TILE_N - mod.EX2_EMULATED_PER_TILE + 1
+def test_b13_keeps_b12s_emulated_share_and_fa4s_two_cta_share_is_the_experiment():
+    """b13 changes the MMA, not the softmax: 16 of 128 exponentials emulated per row, as b12 (the
+    softmax issues 128 - 16 MUFU.EX2 per row and tile, plus one for the rescale factor).
+    exp:b13-two-cta-emulation is FA4's 2-CTA setting (ex2_emu_freq 10): elements 6-9, 16-19, 26-29
+    of the two middle 32-element fragments, 24 of 128."""
+    for spec, share, first in (("b13", 16, [12, 14, 28, 30]), ("exp:b13-two-cta-emulation", 24, [6, 8, 16, 18, 26, 28])):
+        step = resolve(spec)
+        mod = step.module
+        emulated = [(c, i) for c in range(4) for i in range(0, 32, 2) if mod.ex2_is_emulated(c, i, 4)]
+        assert [i for c, i in emulated if c == 1] == first, spec
+        assert 2 * len(emulated) == mod.EX2_EMULATED_PER_TILE == share, spec
+        (softmax,) = _roles_by_registers(step)[mod.SOFTMAX_REGISTERS]
+        assert softmax.count("MUFU.EX2") == mod.TILE_N - mod.EX2_EMULATED_PER_TILE + 1, spec
+    assert resolve("b12").module.EX2_EMULATED_PER_TILE == 16
 
 
-# ---- b14: persistent clusters, epilogue warp ----------------------------------------------------
+# ---- b14: persistent clusters ------------------------------------------------------------------
 
 def test_b14_launches_one_cta_per_b200_sm_in_pairs():
     """The grid is fixed: 148 CTAs (a B200's SMs) in clusters of two, as the IR's launch facts say."""
@@ -611,19 +664,20 @@ def test_b14_launches_one_cta_per_b200_sm_in_pairs():
     assert "%clusterid.x" in ptx and "%nclusterid.x" in ptx
 
 
-def test_b14_stores_o_by_tma_from_shared_memory_after_a_proxy_fence():
-    """No thread stores O to global memory: the softmax threads write their rows into sO with
-    16-byte shared stores (a row is 256 bytes: 16 of them), fence the async proxy, and the epilogue
-    warp's TMA stores (bulk groups, waited for their reads) take it out."""
-    step = resolve("b14")
-    report = compile_step(step, ARCH)
+def test_b14_stores_o_from_registers_as_b13():
+    """Persistence is the one change: O leaves as in b13, each softmax thread storing its row from
+    registers to global memory (16-byte stores, a row is 256 bytes: 16 of them), once per work
+    tile at that tile's coordinates. No TMA store, no O tile in shared memory and no epilogue warp
+    (FA4 has them; they are not this step's change): the shared memory and the warp roles are b13's."""
+    step, b13 = resolve("b14"), resolve("b13")
+    report, base = compile_step(step, ARCH), compile_step(b13, ARCH)
     ptx = report.ptx.read_text()
-    assert "st.global" not in ptx and report.sass.mechanisms["STG"] == 0
-    assert re.search(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta\.\S*bulk_group", ptx)
-    assert "cp.async.bulk.commit_group" in ptx and "cp.async.bulk.wait_group.read" in ptx
-    assert "fence.proxy.async.shared::cta" in ptx
-    assert report.sass.mechanisms["UTMASTG"] > 0
-    assert report.sass.opcodes["STS.128"] == step.module.HEAD_DIM * 2 // 16
+    assert not re.search(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", ptx)
+    assert report.sass.mechanisms["UTMASTG"] == 0 and "fence.proxy.async.shared::cta" not in ptx
+    assert report.sass.opcodes["STG.E.128"] == base.sass.opcodes["STG.E.128"] == step.module.HEAD_DIM * 2 // 16
+    assert report.sass.opcodes.get("STS.128", 0) == 0
+    assert step.info.smem_bytes == b13.info.smem_bytes
+    assert step.info.extra["warp_roles"] == b13.info.extra["warp_roles"]
 
 
 def _cluster_tiles(mod, cluster, n_clusters, batch, heads, m_blocks):
@@ -651,25 +705,10 @@ def test_b14_scheduler_takes_every_tile_once(batch, heads, m_blocks):
 
 @pytest.mark.parametrize("sid", ["b13", "b14"])
 def test_b13_on_softmax_stores_nothing_to_local_memory(sid):
-    """With FA4's 2-CTA share of emulated exponentials (24 per row, b12: 16) the softmax's 192
-    registers hold its row under ptxas 13.4: it stores nothing to local memory (ptxas 12.9 parked a
-    register pair per tile). b14's O drain keeps its 16 shared-memory addresses out of the loop's
-    live set (computed from an opaque copy of the row index)."""
+    """In the 2-CTA kernels the softmax's 192 registers hold its row under ptxas 13.4: it stores
+    nothing to local memory (ptxas 12.9 parked a register pair per tile). b14 addresses its O rows per work tile, after the o_full wait, as b13
+    does after its loop, so the addresses are not live through the softmax."""
     step = resolve(sid)
     (softmax,) = _roles_by_registers(step)[step.module.SOFTMAX_REGISTERS]
     assert softmax.count("MUFU.EX2") > 0                  # the region is the softmax's
     assert softmax.count("STL") == 0
-
-
-def test_b14_epilogue_frees_each_o_tile_only_after_its_store_has_read_it():
-    """The epilogue warp's order in the PTX: both stores committed as two bulk groups, then
-    wait_group.read 1 (the first group has read sO[0]) before the arrive on o_epi_empty[0], and
-    wait_group.read 0 before the arrive on o_epi_empty[1]. An arrive before its wait would let the
-    softmax overwrite sO while the TMA still reads it (the barrier replay does not model bulk
-    groups, so this is the check)."""
-    ptx = _ptx(resolve("b14"))
-    events = re.findall(r"cp\.async\.bulk\.(commit_group|wait_group\.read\s+\d)|(mbarrier\.arrive)", ptx)
-    seq = [re.sub(r"\s+", " ", a) or b for a, b in events]
-    i = seq.index("wait_group.read 1")
-    assert seq[i - 2:i] == ["commit_group", "commit_group"]
-    assert seq[i:i + 4] == ["wait_group.read 1", "mbarrier.arrive", "wait_group.read 0", "mbarrier.arrive"]

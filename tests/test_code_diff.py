@@ -176,3 +176,51 @@ def test_cli_diff_stat_counts_each_pair(capsys):
     assert f" {changed_lines(code_diff(predecessor(h03).path, h03.path))} " in row
     assert "b03" not in out and sum("│ h" in line for line in out.splitlines()) == 13
     assert cli.main(["diff"]) == 2
+
+
+# Every step is one change away from its predecessor, so its code diff stays short enough to read as
+# a lesson. The baseline's rewrite into each track and the split into warp roles are the exceptions
+# by design; a step whose one change must touch every role says why in a writeup section.
+DIFF_LINES = 150
+DIFF_EXCEPTIONS = {"h02", "b02", "h07", "b07"}
+LONG_DIFF_SECTION = "## Why this diff is longer than 150 lines"
+
+
+@pytest.mark.parametrize("step", [s for s in discover() if predecessor(s) is not None], ids=lambda s: s.id)
+def test_each_steps_code_diff_is_short_or_its_writeup_says_why(step):
+    changed = changed_lines(code_diff(predecessor(step).path, step.path))
+    if step.id in DIFF_EXCEPTIONS or changed <= DIFF_LINES:
+        return
+    assert LONG_DIFF_SECTION in step.writeup.read_text(), (
+        f"{step.id}: {changed} changed code lines against {predecessor(step).id} (limit {DIFF_LINES}); split "
+        f"the change, or justify it under '{LONG_DIFF_SECTION}' in {step.writeup.name}")
+
+
+def test_the_diff_limit_can_fail(tmp_path):
+    """A step that rewrote 200 lines would be caught: the counter sees every changed line."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("".join(f"x{i} = {i}\n" for i in range(200)))
+    b.write_text("".join(f"x{i} = {i + 1}\n" for i in range(200)))
+    assert changed_lines(code_diff(a, b)) == 400 > DIFF_LINES
+
+
+FORCED_SECTION = "## A second, forced edit"
+
+
+def _readme_forced_edits() -> set[str]:
+    from harness.core.paths import ROOT
+    text = (ROOT / "README.md").read_text()
+    start = text.index("**Forced edits**")
+    section = text[start:text.index("\n\n", start)]
+    return set(re.findall(r"^- \[([bh]\d\d)\]\(", section, re.M))
+
+
+def test_readmes_forced_edit_list_is_the_writeups():
+    """README names exactly the steps whose writeup has a forced-edit section, and each such section
+    cites its evidence (an experiment that shows what goes wrong without the edit)."""
+    forced = {s.id for s in discover() if s.writeup.exists() and FORCED_SECTION in s.writeup.read_text()}
+    assert forced and _readme_forced_edits() == forced
+    for step in discover():
+        if step.id in forced:
+            section = step.writeup.read_text().split(FORCED_SECTION, 1)[1].split("\n## ", 1)[0]
+            assert re.search(r"exp:[a-z0-9-]+", section), f"{step.id}: the forced edit cites no evidence"

@@ -27,15 +27,32 @@ def test_every_blackwell_step_compiles_with_tmem_guardrails(step):
     """Every b-step but those that declare why not (``no_tmem_guard``); for those, the declaration
     is checked: the guarded build really fails at register allocation, and the plain one does not."""
     if step.info.extra.get("no_tmem_guard"):
-        compile_step(step, "sm_100a")
-        with pytest.raises(Exception, match="Register allocation failed"):
-            compile_step(step, "sm_100a", guard=True)
+        _check_no_guarded_build(step)
         return
     plain, guarded = compile_step(step, "sm_100a"), compile_step(step, "sm_100a", guard=True)
     assert guarded.cubin.parent != plain.cubin.parent
     # The guardrails are calls to ptxas's checking routine around TMEM accesses: many more calls.
     calls = [collections.Counter(r.sass.opcodes)["CALL.REL.NOINC"] for r in (plain, guarded)]
     assert calls[1] > calls[0] + 10, calls
+
+
+def _check_no_guarded_build(step):
+    """A declared ``no_tmem_guard`` holds: the plain build compiles, the guarded one fails at register
+    allocation."""
+    compile_step(step, "sm_100a")
+    with pytest.raises(Exception, match="Register allocation failed"):
+        compile_step(step, "sm_100a", guard=True)
+
+
+@pytest.mark.slow
+def test_b10_one_s_load_has_no_guarded_build():
+    """b10 reads its row of S in 16-column loads and builds with guardrails (the test above);
+    exp:b10-one-s-load, the same row by one 32x32b.x128 load, declares no_tmem_guard, and its
+    guarded build does fail at the 168 registers of a 320-thread CTA."""
+    assert "no_tmem_guard" not in resolve("b10").info.extra
+    step = resolve("exp:b10-one-s-load")
+    assert step.info.extra["no_tmem_guard"]
+    _check_no_guarded_build(step)
 
 
 def test_guardrails_exist_on_sm_100a_only():
@@ -93,13 +110,13 @@ def test_a_hang_names_the_barriers_each_role_waits_on(capsys, monkeypatch):
 
 
 def test_a_step_without_a_guarded_build_runs_unguarded_in_selfcheck_guard(monkeypatch):
-    """selfcheck --guard's child: b10 declares no_tmem_guard, so the guard switch stays off for it
-    (and its payload says so); b08 turns it on. Nothing is compiled: both calls are replaced."""
+    """selfcheck --guard's child: exp:b10-one-s-load declares no_tmem_guard, so the guard switch stays
+    off for it (and its payload says so); b08 turns it on. Nothing is compiled: both calls are replaced."""
     from harness.compiler import compile as compile_mod
     from harness.gpu import measure
     turned_on = []
     monkeypatch.setattr(compile_mod, "guard_every_compile", lambda: turned_on.append(True))
     monkeypatch.setattr(measure, "check_numerics", lambda step, cases: [])
-    assert resolve("b10").info.extra["no_tmem_guard"]
-    assert measure.selfcheck_step("b10", guard=True)["guard"] is False and turned_on == []
+    assert resolve("exp:b10-one-s-load").info.extra["no_tmem_guard"]
+    assert measure.selfcheck_step("exp:b10-one-s-load", guard=True)["guard"] is False and turned_on == []
     assert measure.selfcheck_step("b08", guard=True)["guard"] is True and turned_on == [True]

@@ -13,13 +13,10 @@ PIPELINED = [s for s in discover() if hasattr(s.module, "ring_position")]
 
 def _protocol(step):
     """The step's own ring bookkeeping and the arrivals that free a stage: one per consumer warp
-    on Hopper, the MMA warp's single tcgen05.commit on Blackwell. A ring of half-tile slots
-    (b13: KV_SLOTS, K_j and V_j at positions 2j and 2j + 1) is replayed position by position."""
+    on Hopper, the MMA warp's single tcgen05.commit on Blackwell. A stage's bytes are a K and a V
+    tile (b13-b14: both CTAs' halves, which land on the leader's barrier)."""
     m = step.module
-    if hasattr(m, "KV_SLOTS"):
-        stages, tile_bytes = m.KV_SLOTS, 2 * m.SLOT_ELEMS
-    else:
-        stages, tile_bytes = getattr(m, "NUM_STAGES", 1), 2 * 2 * m.TILE_N * m.HEAD_DIM
+    stages, tile_bytes = getattr(m, "NUM_STAGES", 1), 2 * 2 * m.TILE_N * m.HEAD_DIM
     consumers = getattr(m, "NUM_CONSUMER_WARPS", None) or m.KV_EMPTY_ARRIVALS
     return m.ring_position, stages, dict(consumers=consumers, tile_bytes=tile_bytes)
 

@@ -214,7 +214,7 @@ def test_a_carried_record_names_the_code_as_it_is():
     assert {rec["carried"]["arch"] for _, _, rec in carried} <= {"sm_90a", "sm_100a"}
 
 
-@pytest.mark.parametrize("key", ["01 sm_90a", "h14 sm_90a", "b10 sm_100a"])
+@pytest.mark.parametrize("key", ["01 sm_90a", "h14 sm_90a", "b09 sm_100a"])
 def test_a_carried_record_names_the_machine_code_of_the_step_as_it_is(key):
     """The GPU ran the machine code the carried note names; the step as it is, compiled first in a
     fresh process (as ``carry`` compared them), must compile to exactly that. A sample of steps: each
@@ -235,3 +235,17 @@ def test_carry_leaves_a_record_stale_when_its_code_cannot_be_found(tmp_path):
     results.save(path, {"schema": data["schema"], "rows": {"h05": row}})
     assert carry(path) == ["rows/h05: stays stale (its recorded code is not in git history)"]
     assert results.load(path)["rows"]["h05"]["fingerprint"]["step"] == "0" * 64
+
+
+def test_carry_drops_an_earlier_carried_note_once_the_record_is_stale(tmp_path):
+    """A record carried once, whose code then changed in a way carry cannot prove harmless, is stale:
+    its old note (naming the code as it was) goes, so nothing reads it as current."""
+    from harness.cli.carry import carry
+    data = results.load(ROOT / "results" / "h200.json")
+    row = dict(data["rows"]["h05"], fingerprint={**data["rows"]["h05"]["fingerprint"], "step": "0" * 64},
+               carried={"from": "1" * 64, "machine_code": "2" * 64, "arch": "sm_90a", "date": "2026-12-01"})
+    path = tmp_path / "h200.json"
+    results.save(path, {"schema": data["schema"], "rows": {"h05": row}})
+    assert carry(path) == ["rows/h05: stays stale (its recorded code is not in git history); "
+                           "its earlier carried note dropped"]
+    assert "carried" not in results.load(path)["rows"]["h05"]

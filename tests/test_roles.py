@@ -24,8 +24,7 @@ def _roles(step) -> set[str]:
     if step.track == "hopper":
         return {"producer", "consumer"}
     n = int(step.id[1:])
-    return ({"load_warp", "mma_warp", "softmax_warpgroup"} | ({"correction_warpgroup"} if n >= 12 else set())
-            | ({"epilogue_warp"} if n >= 14 else set()))
+    return {"load_warp", "mma_warp", "softmax_warpgroup"} | ({"correction_warpgroup"} if n >= 12 else set())
 
 
 def _functions(step) -> dict[str, ast.FunctionDef]:
@@ -46,6 +45,10 @@ def test_kernel_dispatches_to_one_function_per_role(step):
     called = {c.func.id for c in ast.walk(kernel) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
     missing = _roles(step) - called
     assert not missing, f"{step.id}: kernel() does not call {sorted(missing)}"
+    # and no role beyond the step's own (b14 is b13's roles, persistent: no epilogue warp)
+    jit = {name for name, f in functions.items() if any(ast.unparse(d) == "cute.jit" for d in f.decorator_list)}
+    extra = (called & jit) - _roles(step)
+    assert not extra, f"{step.id}: kernel() calls roles this step does not have: {sorted(extra)}"
     for role in _roles(step):
         assert role in functions and functions[role].lineno > kernel.lineno, f"{step.id}: {role} after kernel()"
     loops = [n for n in ast.walk(kernel) if isinstance(n, ast.For) and "n_blocks" in ast.unparse(n.iter)]

@@ -82,7 +82,9 @@ def carry(path: Path) -> list[str]:
             cache[key] = _same_kernel(step, then["step"], arch)
         same = cache[key]
         if isinstance(same, str):
-            done.append(f"{label}: stays stale ({same})")
+            # an earlier carry's note named the code as it was then: the record is stale now
+            dropped = rec.pop("carried", None) is not None
+            done.append(f"{label}: stays stale ({same}){'; its earlier carried note dropped' if dropped else ''}")
             continue
         timeline = label.startswith("timelines/")
         if timeline and not same["timeline"]():
@@ -93,7 +95,7 @@ def carry(path: Path) -> list[str]:
                           "date": datetime.date.today().isoformat(),
                           "why": "the step's code changed; its machine code did not (`ladder carry`)"}
         done.append(f"{label}: carried ({arch} machine code {same['digest'][:12]} unchanged)")
-    if any(line.endswith("unchanged)") for line in done):
+    if any(line.endswith(("unchanged)", "note dropped")) for line in done):
         results.save(path, data)
     return done
 

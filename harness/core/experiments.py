@@ -262,6 +262,52 @@ UNIFORM_DESCRIPTORS = (
 )
 
 
+# b12 with no setmaxnreg: the three setmaxregister calls gone, and the launch without
+# .minnctapersm 1 (which b12 adds only so that ptxas honours them), as b11 launches; its facts
+# without the USETMAXREG fingerprint and the per-role register split.
+B12_NO_SETMAXNREG = (
+    ("        grid=grid, block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream,\n"
+     "        # .minnctapersm 1 with .reqntid 512: ptxas can then fix the entry register count (65,536 /\n"
+     "        # 512 = 128), which it needs to honour setmaxnreg (without it, it ignores them: C7508).\n"
+     "        min_blocks_per_mp=1)\n",
+     "        grid=grid, block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream)\n"),
+    ("    if warp_idx >= MMA_WARP:\n        cute.arch.setmaxregister_decrease(OTHER_REGISTERS)\n", ""),
+    ("        cute.arch.setmaxregister_decrease(CORRECTION_REGISTERS)\n", ""),
+    ("        cute.arch.setmaxregister_increase(SOFTMAX_REGISTERS)\n", ""),
+    ('"USETMAXREG", "VOTE", "BAR.ARV"', '"VOTE", "BAR.ARV"'),
+    ('           "registers": {"softmax": SOFTMAX_REGISTERS, "correction": CORRECTION_REGISTERS, '
+     '"other": OTHER_REGISTERS},\n', ""),
+)
+
+
+# b10 with its softmax reading the thread's row of S by one tcgen05.ld.32x32b.x128 (all TILE_N
+# columns, one instruction) instead of num_chunks_S loads of TMEM_CHUNK columns: the same single
+# pass and one wait, but all 128 destination registers named by one instruction. Its guarded build
+# does not fit in the 168 registers of a 320-thread CTA (the facts say so, as b10 once did).
+B10_ONE_S_LOAD = (
+    ("    S_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))\n"
+     "    load_s, _ = make_row_copies(S_chunk0, TMEM_CHUNK)\n"
+     "    thr_load_s = load_s.get_slice(row)\n"
+     "    tS_ld = thr_load_s.partition_S(S_chunk0)\n"
+     "    tS_ld = cute.make_tensor(tS_ld.iterator + s_shift, tS_ld.layout)\n"
+     "    r_S_row = cute.make_rmem_tensor(TILE_N, cutlass.Float32)\n",
+     "    S_row0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TILE_N)))\n"
+     "    load_row, _ = make_row_copies(S_row0, TILE_N)\n"
+     "    thr_load_row = load_row.get_slice(row)\n"
+     "    tS_row = thr_load_row.partition_S(S_row0)\n"
+     "    tS_row = cute.make_tensor(tS_row.iterator + s_shift, tS_row.layout)\n"
+     "    r_S_row = cute.make_rmem_tensor(thr_load_row.partition_D(S_row0).shape, cutlass.Float32)\n"),
+    ("        for c in cutlass.range_constexpr(num_chunks_S):\n"
+     "            cute.copy(thr_load_s, chunk(tS_ld, c), r_S[c])\n",
+     "        cute.copy(thr_load_row, tS_row, r_S_row)\n"),
+    ('           "kv_stages": NUM_STAGES},\n',
+     '           "kv_stages": NUM_STAGES,\n'
+     '           "no_tmem_guard": "one tcgen05.ld of the whole row of S names 128 destination registers; with '
+     "ptxas's TMEM guardrail calls around it register allocation fails at the 168 registers a 320-thread "
+     'CTA allows"},\n'),
+)
+
+
 EXPERIMENTS = {e.name: e for e in (
     Experiment("h04-one-cta-per-sm", "h04",
                "h04 padded with 24 KB of unused smem, so one CTA fits per SM, not two",
@@ -312,10 +358,21 @@ EXPERIMENTS = {e.name: e for e in (
                "h14 with both: the warp-uniform operand slicing and both rows' max reductions before "
                "wait_group(0)", UNIFORM_DESCRIPTORS + _pin_before_wait_edits(" " * 12, "row_max"),
                scratch_stores=True),
-    Experiment("b13-one-cta-emulation", "b13",
-               "b13 with b12's share of emulated exponentials (16 of 128, EMU_PERIOD 16) instead of FA4's "
-               "2-CTA share (24): what the CTA pair is worth by itself",
-               (("EMU_PERIOD = 10\n", "EMU_PERIOD = 16\n"),)),
+    Experiment("b10-one-s-load", "b10",
+               "b10 with S read by one 128-column tcgen05.ld instead of eight 16-column loads: fewer "
+               "load waits, more registers", B10_ONE_S_LOAD),
+    Experiment("b12-rescale-threshold-8", "b12",
+               "b12 with FA4's conditional rescaling: the running max may lag by up to 2^8 (8 in log2 units) "
+               "before O is rescaled, so P reaches up to 2^8 before its bf16 cast and most tiles skip the rescale",
+               (("RESCALE_THRESHOLD = 0.0\n", "RESCALE_THRESHOLD = 8.0\n"),)),
+    Experiment("b12-no-setmaxnreg", "b12",
+               "b12 without setmaxnreg (and without min_blocks_per_mp=1): every one of the 512 threads keeps "
+               "the launch's 65,536 / 512 = 128 registers, the softmax included",
+               B12_NO_SETMAXNREG),
+    Experiment("b13-two-cta-emulation", "b13",
+               "b13 with FA4's 2-CTA share of emulated exponentials (24 of 128, EMU_PERIOD 10) instead of "
+               "b12's 16: what FA4's setting adds to the CTA pair",
+               (("EMU_PERIOD = 16\n", "EMU_PERIOD = 10\n"),)),
     Experiment("h08-split-kv", "h08",
                "h08's 2-stage ring with K and V on separate full/empty barriers: S_j starts once K_j "
                "has landed, and K's stage is refilled right after S_j", _split_kv_edits(staged=True)),

@@ -416,8 +416,7 @@ INFO = contract.StepInfo(
     tmem_cols=TMEM_COLS,
     extra={"bound": {"overlap": "lockstep", "loads": "exposed"},
            "tmem_map": {"S0": (TMEM_S_COL[0], TILE_N), "S1": (TMEM_S_COL[1], TILE_N),
-                        "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)},
-           "q_tiles": NUM_Q_TILES},
+                        "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)}},
 )
 
 

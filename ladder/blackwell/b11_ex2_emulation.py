@@ -56,9 +56,9 @@ NUM_WARPS = SOFTMAX_WARPS + 2
 THREADS = NUM_WARPS * 32
 KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the MMA warp's tcgen05.commit alone
 NUM_STAGES = 2                     # K/V ring depth: tiles in flight ahead of the MMA warp
-# Columns per tcgen05.ld/st of O and P (16, as in b02-b10; a register-allocation knob, not part of
-# the algorithm). From b07 on the CTA has 320 threads, which caps every thread at 168 registers. S
-# is loaded whole (one tcgen05.ld of TILE_N columns); O and P go by TMEM_CHUNK.
+# Columns per tcgen05.ld/st of S, O and P (16, as in b02-b10; a register-allocation knob, not part
+# of the algorithm). From b07 on the CTA has 320 threads, which caps every thread at 168 registers.
+# S is held whole in registers, but still loaded TMEM_CHUNK columns at a time.
 TMEM_CHUNK = 16
 LOG2_E = math.log2(math.e)   # exp(x) = 2^(x * log2(e))
 
@@ -553,14 +553,17 @@ def softmax_warpgroup(tStS, tOtO, gO: cute.Tensor, s_full, p_full, o_full, softm
     r_p_cols = cute.make_rmem_tensor(thr_store_p.partition_S(P_chunk0).shape, cutlass.Float32)
     r_p = cute.make_tensor(cute.recast_ptr(r_p_cols.iterator, dtype=dtype), r_chunk.layout)
     num_chunks_S, num_chunks_O = TILE_N // TMEM_CHUNK, HEAD_DIM // TMEM_CHUNK
-    # The whole row of S_g (TILE_N fp32 values) in registers, loaded by one tcgen05.ld; r_S[c]
-    # views its chunk c (TMEM_CHUNK values), the piece the P stores and the sums work on.
-    S_row0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TILE_N)))
-    load_row, _ = make_row_copies(S_row0, TILE_N)
-    thr_load_row = load_row.get_slice(row)
-    tS_row = thr_load_row.partition_S(S_row0)
-    tS_row = cute.make_tensor(tS_row.iterator + s_shift, tS_row.layout)
-    r_S_row = cute.make_rmem_tensor(thr_load_row.partition_D(S_row0).shape, cutlass.Float32)
+    # The whole row of S_g (TILE_N fp32 values) in registers, loaded in TMEM_CHUNK-column pieces
+    # (num_chunks_S = 8 tcgen05.ld.32x32b.x16, all issued before one wait). r_S[c] views chunk c,
+    # the piece the loads fill and the P stores and the sums work on. One TILE_N-column load
+    # (32x32b.x128, exp:b10-one-s-load) reads the same row in one instruction, but with ptxas's
+    # TMEM guardrails around it the kernel no longer fits in 168 registers.
+    S_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
+    load_s, _ = make_row_copies(S_chunk0, TMEM_CHUNK)
+    thr_load_s = load_s.get_slice(row)
+    tS_ld = thr_load_s.partition_S(S_chunk0)
+    tS_ld = cute.make_tensor(tS_ld.iterator + s_shift, tS_ld.layout)
+    r_S_row = cute.make_rmem_tensor(TILE_N, cutlass.Float32)
     r_S = [cute.make_tensor(r_S_row.iterator + c * TMEM_CHUNK, r_chunk.layout) for c in range(num_chunks_S)]
     scale_log2 = softmax_scale * LOG2_E
 
@@ -579,9 +582,10 @@ def softmax_warpgroup(tStS, tOtO, gO: cute.Tensor, s_full, p_full, o_full, softm
         tcgen05_fence_after_thread_sync()
 
         # Online softmax on this thread's row; the row is whole in one thread, so no shuffles.
-        # S is read from TMEM once: all TILE_N columns of the row into registers with one
-        # tcgen05.ld (32x32b.x128), then the row max, then the exponentials in place.
-        cute.copy(thr_load_row, tS_row, r_S_row)
+        # S is read from TMEM once: all TILE_N columns of the row into registers (8 loads of
+        # TMEM_CHUNK columns, one wait), then the row max, then the exponentials in place.
+        for c in cutlass.range_constexpr(num_chunks_S):
+            cute.copy(thr_load_s, chunk(tS_ld, c), r_S[c])
         cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld: r_S is valid
         m_new = row_max
         for c in cutlass.range_constexpr(num_chunks_S):
@@ -667,13 +671,10 @@ INFO = contract.StepInfo(
            "tmem_map": {"S0": (TMEM_S_COL[0], TILE_N), "S1": (TMEM_S_COL[1], TILE_N),
                         "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)},
            "tmem_aliases": {"P0": ("S0", 0, P_COLS), "P1": ("S1", 0, P_COLS)},
-           "q_tiles": NUM_Q_TILES,
            "warp_roles": {"softmax0": tuple(range(0, 4)), "softmax1": tuple(range(4, 8)),
                           "mma": (MMA_WARP,), "load": (LOAD_WARP,)},
            "tmem_warps": tuple(range(SOFTMAX_WARPS)),
            "kv_stages": NUM_STAGES,
-           "no_tmem_guard": "a thread holds its whole row of S (128 registers); ptxas's TMEM guardrail calls "
-                            "do not fit in the 168 registers a 320-thread CTA allows",
            "ex2_emulated_per_tile": EX2_EMULATED_PER_TILE,
            "spills_at_register_cap": "the emulation's temporaries on top of the 128 scores a thread holds; FA4 "
                                      "gives its softmax warps 192 registers with setmaxnreg, this 320-thread CTA "

@@ -1,43 +1,47 @@
-"""b12 — a correction warpgroup and conditional rescaling: O is rescaled off the softmax's path, and rarely.
+"""b12 — a correction warpgroup: O's rescale leaves the softmax's path, skipped per warp when no row's max grew.
 
-Change from b11: the O rescale leaves the softmax. A correction warpgroup (warps 8-11) does it,
-and only when a row needs it. The softmax keeps the row's old max while the new one is at most
-RESCALE_THRESHOLD = 8 (in log2 units) above it, so the factor is 1 and nothing needs rescaling;
-only a larger jump moves the max and makes a factor below 1. Per tile each softmax thread writes
-its row's factor to shared memory and its warp arrives on a named barrier it shares with the
-correction warp of the same TMEM lanes; the correction warp waits there, votes (ballot) whether
-any of its 32 rows has a factor below 1, rescales those rows of O in TMEM only if one does, and
-then arrives on o_ready, which the MMA warp now waits for (with p_full) before P V. setmaxnreg
-splits the registers: softmax 192, correction 80, the MMA and load warps 48 (FA4's budget for
-this shape); the CTA has 16 warps so that each of the four warpgroups is whole (warps 14-15 only
-give their registers back).
+Change from b11: the O rescale moves out of the softmax into a correction warpgroup (warps 8-11).
+Per tile each softmax thread writes its row's factor (1.0 when the row's max did not grow) to
+shared memory (s_scale) and its warp arrives on a named barrier (STATS_BARRIER + 4g + i) it
+shares with the correction warp of the same TMEM lanes; the correction warp waits there, votes
+(ballot) whether any of its 32 rows has a factor below 1, rescales those rows of O in TMEM only
+if one does, and then arrives on o_ready, which the MMA warp now waits for (with p_full) before
+P V. The rescale stays exact: RESCALE_THRESHOLD = 0.0, so the max moves whenever it grows, as
+in b11, and a warp skips only when every factor is 1. The CTA has 16 warps so that each of the
+four warpgroups is whole (warps 14-15 only complete the fourth).
+A second, forced edit: setmaxnreg splits the registers, softmax 192, correction 80, the MMA and
+load warps 48 (FA4's budget for this shape), with min_blocks_per_mp=1 on the launch so that
+ptxas honours it. Without it every one of the 512 threads gets 65,536 / 512 = 128 registers,
+and at 128 the softmax's tile loop spills (exp:b12-no-setmaxnreg).
 
 Why: in b11 every softmax thread rescales its row of O every tile before it may hand P over: 8
-tcgen05.ld + 8 tcgen05.st of 16 columns, 64 FMUL2, a TMEM wait after each load, on the critical path
-between S and P V. Raising the max by a small step barely changes the result's range: P values
-reach at most 2^8 before the max catches up, far inside bf16 and fp32 (FA4's rule: max offset +
-threshold below the log2 of the dtype's max), and the final O / rowsum cancels the common factor.
-With random scores the max grows by less than the threshold after the first tiles, so almost no
-tile needs a rescale. And whatever rescale is left runs beside the softmax, in warps that do
-nothing else. The register split gives the softmax's 128-score row and b11's emulation room:
-b11 spills at the 168 registers a 320-thread CTA allows every thread.
+tcgen05.ld + 8 tcgen05.st of 16 columns, 64 FMUL2, a TMEM wait after each load, on the critical
+path between S and P V. In b12 the softmax only writes one factor per row; the rescale runs
+beside the softmax's exponentials, in warps that do nothing else, and the MMA warp waits for it
+only if it takes longer than they do. The vote saves work when a whole warp's maxima stayed: with
+random scores a row's max moves at tile j with probability about 1/j, so a warp of 32 rows
+rescales most tiles early in a sequence and skips more often late in a long one (at tile 64,
+about (63/64)^32 = 60% of the warps skip).
 
 Expect (model, per K/V tile and CTA on a B200 SM): the softmax path loses the rescale's 16 TMEM
-instructions, 64 FMUL2 and its TMEM round trip, and b11's spills leave it. If b11 is bound by the
-softmax's path (the MUFU and the FMA pipe nearly tie with the tensor core), +5-10%. Against it:
-at FA4's 48 registers the MMA and load warps spill (INFO's spills_at_register_cap), and some of
-the MMA warp's reloads sit between its p_full/o_ready waits and its P V issue.
+instructions, 64 FMUL2 and its TMEM round trip, and the softmax's tile loop has no local-memory
+access at 192 registers. If b11 is bound by the softmax's path (the MUFU and the FMA pipe nearly
+tie with the tensor core), +5-10%. Against it: at FA4's 48 registers the MMA and load warps spill
+(INFO's spills_at_register_cap), and some of the MMA warp's reloads sit between its
+p_full/o_ready waits and its P V issue.
 
-Numerics: conditional rescaling changes the rounding of P (values up to 2^8 before the bf16
-cast, not up to 1) and of the sums; reference/torch_attention.py's attention_online_mirror
-mirrors it (rescale_threshold, bf16 P) and passes FA4's rule on large, peaked and growing-maximum
-inputs; a constructed input (a dominant key arriving late, less than 8 above the max) exceeds the
-bound slightly, a limit of FA4's scheme too (tests/test_reference.py).
+Numerics: b12 computes what b11 computes: the same running max, the same factors, and a skipped
+rescale is a multiplication by 1. FA4 lets the max lag by up to 8 (log2 units) before it rescales,
+so that almost no tile needs one; that is exp:b12-rescale-threshold-8 (P up to 2^8 before its
+bf16 cast; reference/torch_attention.py's attention_online_mirror with rescale_threshold=8 mirrors
+it, tests/test_reference.py checks it against FA4's rule and records a constructed input where it
+exceeds the bound).
 
 Evidence: ``ladder sass b12 --against b11`` (USETMAXREG, VOTE; the O rescale's LDTM/STTM move to
 the correction warps); tests/test_blackwell_steps.py (roles, registers, the rescale's TMEM
-instructions only in the correction warps); tests/test_barrier_protocol.py (the named barriers
-and o_ready replayed); writeups/blackwell/12-correction-warpgroup.md.
+instructions only in the correction warps, the comparison with 0, and
+test_b12_setmaxnreg_is_forced_without_it_the_softmax_spills); tests/test_barrier_protocol.py
+(the named barriers and o_ready replayed); writeups/blackwell/12-correction-warpgroup.md.
 Compiled, not yet run on a B200.
 """
 import math
@@ -68,18 +72,19 @@ THREADS = NUM_WARPS * 32
 SOFTMAX_REGISTERS = 192
 CORRECTION_REGISTERS = 80
 OTHER_REGISTERS = 48
-# Conditional rescaling (FA4's rescale_threshold for 16-bit inputs): the running max moves only when
-# the new one is more than this many log2 units above it, so P <= 2^RESCALE_THRESHOLD before bf16.
-RESCALE_THRESHOLD = 8.0
+# The running max moves when the new one is more than this many log2 units above it, so P <=
+# 2^RESCALE_THRESHOLD before bf16. 0.0: exact rescaling, the max moves whenever it grows (a row's
+# factor is below 1 only when its max grew). FA4 lets it lag by up to 8 for 16-bit inputs
+# (exp:b12-rescale-threshold-8).
+RESCALE_THRESHOLD = 0.0
 # Named barriers (0 is sync_threads): one per softmax warp and the correction warp of its TMEM
-# lanes, "this tile's factors are in sScale": STATS_BARRIER + 4 g + i for Q tile g, lane quarter i.
+# lanes, "this tile's factors are in s_scale": STATS_BARRIER + 4 g + i for Q tile g, lane quarter i.
 STATS_BARRIER = 1
 STATS_THREADS = 2 * 32
 KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the MMA warp's tcgen05.commit alone
 NUM_STAGES = 2                     # K/V ring depth: tiles in flight ahead of the MMA warp
-# Columns per tcgen05.ld/st of S or O (16, as in b02-b11; a register-allocation knob, not part of
-# the algorithm). S, O and P all go by TMEM_CHUNK (b10-b11 loaded S whole; see the softmax below for
-# why b12 on cannot).
+# Columns per tcgen05.ld/st of S, O and P (16, as in b02-b11; a register-allocation knob, not part
+# of the algorithm).
 TMEM_CHUNK = 16
 LOG2_E = math.log2(math.e)   # exp(x) = 2^(x * log2(e))
 
@@ -606,7 +611,8 @@ def correction_warpgroup(tOtO, s_scale, o_ready, n_blocks):
             # timeline: correction begin
             if n_block > 0:      # tile 0: O holds nothing yet (its first P V overwrites it)
                 # Rescale this warp's 32 rows of O_g only if one of them needs it (a factor
-                # below 1: its max moved); rows with factor 1 are multiplied by 1.
+                # below 1: its max moved); rows with factor 1 are multiplied by 1. A warp
+                # skips only when every factor is 1, so skipping changes nothing.
                 if cute.arch.vote_ballot_sync(scale < 1.0) != 0:
                     for c in cutlass.range_constexpr(num_chunks_O):
                         cute.copy(thr_load, cute.make_tensor(tO_ld[g].iterator + c * TMEM_CHUNK, tO_ld0.layout),
@@ -662,10 +668,8 @@ def softmax_warpgroup(tStS, tOtO, gO: cute.Tensor, s_scale, s_full, p_full, o_fu
     r_p = cute.make_tensor(cute.recast_ptr(r_p_cols.iterator, dtype=dtype), r_chunk.layout)
     num_chunks_S, num_chunks_O = TILE_N // TMEM_CHUNK, HEAD_DIM // TMEM_CHUNK
     # The whole row of S_g (TILE_N fp32 values) in registers, loaded in TMEM_CHUNK-column pieces
-    # (4 x tcgen05.ld.32x32b.x32, as FA4): with 512 threads the launch allows 128 registers,
-    # and ptxas compiles every instruction within that, setmaxnreg or not; b11's single x128
-    # load would need more than 128 in one instruction. r_S[c] views chunk c, the piece the
-    # P stores and the sums work on.
+    # (num_chunks_S = 8 tcgen05.ld.32x32b.x16, all issued before one wait), as in b11. r_S[c]
+    # views chunk c, the piece the loads fill and the P stores and the sums work on.
     S_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
     load_s, _ = make_row_copies(S_chunk0, TMEM_CHUNK)
     thr_load_s = load_s.get_slice(row)
@@ -690,17 +694,18 @@ def softmax_warpgroup(tStS, tOtO, gO: cute.Tensor, s_scale, s_full, p_full, o_fu
         tcgen05_fence_after_thread_sync()
 
         # Online softmax on this thread's row; the row is whole in one thread, so no shuffles.
-        # S is read from TMEM once: all TILE_N columns of the row into registers (4 loads, one
-        # wait), then the row max, then the exponentials in place.
+        # S is read from TMEM once: all TILE_N columns of the row into registers (8 loads of
+        # TMEM_CHUNK columns, one wait), then the row max, then the exponentials in place.
         for c in cutlass.range_constexpr(num_chunks_S):
             cute.copy(thr_load_s, chunk(tS_ld, c), r_S[c])
         cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld: r_S is valid
         m_new = row_max
         for c in cutlass.range_constexpr(num_chunks_S):
             m_new = cute.arch.fmax(r_S[c].load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0), m_new)
-        # Conditional rescaling: the max moves only if it grows by more than RESCALE_THRESHOLD
-        # in log2 units; otherwise the old max stays (P up to 2^8 this tile) and O's factor is
-        # 1. The first tile has m_old = -inf: the max moves, factor 2^-inf = 0 (unused).
+        # The max moves only if it grows by more than RESCALE_THRESHOLD in log2 units (0: if
+        # it grows at all; moved_log2 <= 0 always, and is 0 exactly when the max stayed);
+        # otherwise the old max stays (P up to 2^RESCALE_THRESHOLD this tile) and O's factor
+        # is exactly 1. The first tile has m_old = -inf: the max moves, factor 2^-inf = 0 (unused).
         moved_log2 = (row_max - m_new) * scale_log2
         rescale = cute.math.exp2(moved_log2, fastmath=True)
         if moved_log2 >= -RESCALE_THRESHOLD:
@@ -764,8 +769,9 @@ def softmax_warpgroup(tStS, tOtO, gO: cute.Tensor, s_scale, s_full, p_full, o_fu
 INFO = contract.StepInfo(
     id="b12",
     slug="correction_warpgroup",
-    title="Correction warpgroup, conditional rescaling",
-    change="O's rescale moves to a correction warpgroup and happens only when a row's max grows by more than 8 (log2 units; ballot per warp); setmaxnreg 192/80/48",
+    title="Correction warpgroup",
+    change="O's rescale moves to a correction warpgroup (4 warps), skipped per warp when no row's max grew; "
+           "setmaxnreg 192/80/48 (forced: 16 warps)",
     archs=("sm_100a",),
     enabler=False,
     threads=THREADS,
@@ -781,7 +787,6 @@ INFO = contract.StepInfo(
            "tmem_map": {"S0": (TMEM_S_COL[0], TILE_N), "S1": (TMEM_S_COL[1], TILE_N),
                         "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)},
            "tmem_aliases": {"P0": ("S0", 0, P_COLS), "P1": ("S1", 0, P_COLS)},
-           "q_tiles": NUM_Q_TILES,
            "warp_roles": {"softmax0": tuple(range(0, 4)), "softmax1": tuple(range(4, 8)),
                           "correction": tuple(range(CORRECTION_WARP, CORRECTION_WARP + CORRECTION_WARPS)),
                           "mma": (MMA_WARP,), "load": (LOAD_WARP,), "idle": (LOAD_WARP + 1, LOAD_WARP + 2)},

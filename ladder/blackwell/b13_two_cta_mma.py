@@ -5,11 +5,10 @@ Change from b12: a cluster of two CTAs (one per SM of a pair) shares every MMA. 
 accumulators, rows 128-255 the peer's, in the peer's shared memory and TMEM. The B operand is
 split between the two: each CTA loads half of every K tile (64 keys x 128 dims) and half of
 every V tile (64 dims x 128 keys), so a K/V tile's bytes come into the pair once, half into
-each SM, and the tensor cores read each half from the SM that holds it. K and V halves go
-through one ring of KV_SLOTS 16 KB slots (K_j at ring position 2j, V_j at 2j + 1, as FA4), so the
-MMA waits for K and V separately and frees each as soon as its last MMA is issued. The
-exponentials' emulated share follows FA4's 2-CTA setting: 24 of 128 per row (18.75%, EMU_PERIOD
-10) instead of 16.
+each SM, and the tensor cores read each half from the SM that holds it. The K/V ring is b12's
+(NUM_STAGES stages of one K and one V, one kv_full/kv_empty pair per stage); a stage now holds
+this CTA's halves, 32 KB instead of 64 KB. Everything else is b12's, including its share of
+emulated exponentials (16 of 128); FA4's 2-CTA kernel emulates 24 (exp:b13-two-cta-emulation).
 
 The hand-offs cross the pair: both CTAs' TMA bytes land on the leader's kv_full / q_full (the
 leader's expect-tx counts the pair's bytes); the leader's tcgen05.commit arrives on the barrier
@@ -30,9 +29,8 @@ from global memory instead of 64 KB.
 
 Expect (``ladder bound b13 --gpu b200``, a model, not a measurement): the smem term per CTA and
 tile drops by a third (operand reads 1,536 -> 1,024 cycles) and the L2 term halves, but in the
-model neither binds b12: its chain (one Q tile's GEMMs, softmax and hand-offs) does, and the
-2-CTA share of emulated exponentials adds FMA-pipe instructions to that chain. So the model
-predicts b13 a little below b12, and exp:b13-one-cta-emulation (b12's 16 emulated) close to it.
+model neither binds b12: its chain (one Q tile's GEMMs, softmax and hand-offs) does. So the model
+predicts b13 close to b12, and exp:b13-two-cta-emulation (FA4's 24 emulated) a little below it.
 The model's smem term leaves out the TMA's writes into shared memory (b12: 64 KB per tile, 512
 cycles at 128 B per clock, which would put smem level with the tensor core); on a B200 the pair
 may gain more than the model sees. Against it: the pair moves at the pace of its slower CTA (the
@@ -41,7 +39,7 @@ leader waits for both CTAs' softmax and correction). FA4 reports CUDA-12 toolcha
 
 Evidence: ``ladder sass b13 --against b12`` (UTCHMMA.2CTA, UTCBAR.2CTA.MULTICAST, UTMALDG.4D.2CTA,
 UCGABAR); tests/test_blackwell_steps.py (every tcgen05 instruction cta_group::2, the cluster
-shape in the IR, expect-tx = the pair's bytes, the Q/O row map, the emulated share);
+shape in the IR, expect-tx = the pair's bytes, the Q/O row map);
 tests/test_barrier_protocol.py (the pair's barriers replayed as one cluster: remote arrivals,
 multicast commits, TMA bytes on the leader's barrier); writeups/blackwell/13-two-cta-mma.md.
 Compiled, not yet run on a B200.
@@ -79,11 +77,13 @@ THREADS = NUM_WARPS * 32
 SOFTMAX_REGISTERS = 192
 CORRECTION_REGISTERS = 80
 OTHER_REGISTERS = 48
-# Conditional rescaling (FA4's rescale_threshold for 16-bit inputs): the running max moves only when
-# the new one is more than this many log2 units above it, so P <= 2^RESCALE_THRESHOLD before bf16.
-RESCALE_THRESHOLD = 8.0
+# The running max moves when the new one is more than this many log2 units above it, so P <=
+# 2^RESCALE_THRESHOLD before bf16. 0.0: exact rescaling, the max moves whenever it grows (a row's
+# factor is below 1 only when its max grew). FA4 lets it lag by up to 8 for 16-bit inputs
+# (exp:b12-rescale-threshold-8).
+RESCALE_THRESHOLD = 0.0
 # Named barriers (0 is sync_threads): one per softmax warp and the correction warp of its TMEM
-# lanes, "this tile's factors are in sScale": STATS_BARRIER + 4 g + i for Q tile g, lane quarter i.
+# lanes, "this tile's factors are in s_scale": STATS_BARRIER + 4 g + i for Q tile g, lane quarter i.
 # Named barriers are per CTA: the pair does not share them.
 STATS_BARRIER = 1
 STATS_THREADS = 2 * 32
@@ -92,12 +92,9 @@ KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the leader's tcgen05.
 P_FULL_ARRIVALS = CLUSTER_CTAS * TILE_M                  # every softmax thread of Q tile g, both CTAs
 O_READY_ARRIVALS = CLUSTER_CTAS * CORRECTION_WARPS * 32  # every correction thread, both CTAs
 TMEM_FREE_ARRIVALS = 32            # the other CTA's MMA warp, one arrival per lane, before the pair frees TMEM
-# K/V ring: slots of half a tile (this CTA's half of one K or one V tile, 16 KB). K_j takes ring
-# position 2j and V_j 2j + 1; KV_SLOTS = 4 keeps b12's two K/V tiles in flight.
-KV_SLOTS = 4
-# Columns per tcgen05.ld/st of S or O (16, as in b02-b11; a register-allocation knob, not part of
-# the algorithm). S, O and P all go by TMEM_CHUNK (b10-b11 loaded S whole; see the softmax below for
-# why b12 on cannot).
+NUM_STAGES = 2                     # K/V ring depth: tiles in flight ahead of the MMA warp
+# Columns per tcgen05.ld/st of S, O and P (16, as in b02-b11; a register-allocation knob, not part
+# of the algorithm).
 TMEM_CHUNK = 16
 LOG2_E = math.log2(math.e)   # exp(x) = 2^(x * log2(e))
 
@@ -107,10 +104,9 @@ TMEM_S_COL = (0, TILE_N)                                   # S of Q tile 0, 1
 TMEM_O_COL = (2 * TILE_N, 2 * TILE_N + HEAD_DIM)           # O of Q tile 0, 1
 TMEM_COLS = 512
 
-# smem per CTA: 2 Q tiles + KV_SLOTS half tiles (128-byte swizzled), all bf16. P lives in TMEM.
+# smem per CTA: 2 Q tiles + NUM_STAGES x (K half + V half) (128-byte swizzled), all bf16. P lives in TMEM.
 SMEM_ALIGN = 1024      # the 128B swizzle repeats every 8 rows x 128 B; descriptors assume this base
-SLOT_ELEMS = (TILE_N // CLUSTER_CTAS) * HEAD_DIM           # = (HEAD_DIM // 2) * TILE_N: a K half or a V half
-SMEM_BYTES = 2 * (NUM_Q_TILES * TILE_M * HEAD_DIM + KV_SLOTS * SLOT_ELEMS)
+SMEM_BYTES = 2 * (NUM_Q_TILES * TILE_M * HEAD_DIM + NUM_STAGES * 2 * (TILE_N // CLUSTER_CTAS) * HEAD_DIM)
 # P_g (bf16, TILE_N keys = TILE_N / 2 columns) aliases the first columns of S_g.
 P_COLS = TILE_N * 16 // 32
 
@@ -121,18 +117,18 @@ P_COLS = TILE_N * 16 // 32
 EX2_POLY = (1.0, 0.695146143436431884765625, 0.227564394474029541015625, 0.077119089663028717041015625)
 EX2_CLAMP = -127.0                         # below it every x gives 2^-127's value: < 2^-126, nothing next to a row sum >= 1
 ROUND_DOWN_MAGIC = float(2**23 + 2**22)    # x + 1.5*2^23 rounded down keeps floor(x) in the low mantissa bits
-# Which exponentials: FA4's 2-CTA setting for head dim 128 (ex2_emu_freq 10, ex2_emu_res 4,
-# ex2_emu_start_frg 1; b11-b12 had its 1-CTA 16). In each EMU_FRAGMENT of a row (FA4's fragment: 32 scores),
-# the last EMU_SPAN of every EMU_PERIOD elements (elements 6-9, 16-19, 26-29), in every fragment
-# but the first and the last: 2 fragments x 3 periods x 4 = 24 of 128 elements, 18.75%. FA4 keeps
-# the first and the last fragment of a row on the MUFU; so does this kernel.
+# Which exponentials: FA4's 1-CTA default for head dim 128 (ex2_emu_freq 16, ex2_emu_res 4,
+# ex2_emu_start_frg 1; its 2-CTA kernel, which FA4 picks for this shape, emulates 18.75%). In each
+# EMU_FRAGMENT of a row (FA4's fragment: 32 scores), the last EMU_SPAN of every EMU_PERIOD elements, in every fragment but the first and the last: 2 fragments x 2 periods x 4 =
+# 16 of 128 elements, 12.5%. FA4 keeps the first and the last fragment of a row on the MUFU; so
+# does this kernel.
 EMU_FRAGMENT = 32
-EMU_PERIOD = 10
+EMU_PERIOD = 16
 EMU_SPAN = 4
 EMU_FIRST_FRAGMENT = 1
 
 EX2_EMULATED_PER_TILE = ((TILE_N // EMU_FRAGMENT - 1 - EMU_FIRST_FRAGMENT) * (EMU_FRAGMENT // EMU_PERIOD)
-                         * EMU_SPAN)        # per thread (= row) and K/V tile: 24 of 128
+                         * EMU_SPAN)        # per thread (= row) and K/V tile: 16 of 128
 
 
 def make_smem_layouts(tiled_mma, tiled_mma_pv):
@@ -142,11 +138,11 @@ def make_smem_layouts(tiled_mma, tiled_mma_pv):
     takes from one CTA, already split into (MMA atom, M or N blocks, k-blocks, stage): sQ is this
     CTA's 128 rows of Q tile g (of the MMA's 256); sK is its 64 keys of a K tile (the MMA's B,
     N = 128, split along N between the two CTAs), K-major; sVt its 64 head dims of a V tile (B of
-    O += P V, N = HEAD_DIM split alike), MN-major. K and V halves take turns in the same ring
-    slots, so both have KV_SLOTS stages of SLOT_ELEMS elements. P is not in shared memory."""
+    O += P V, N = HEAD_DIM split alike), MN-major; each with NUM_STAGES stages, as in b12. P is
+    not in shared memory."""
     sQ = sm100.make_smem_layout_a(tiled_mma, (MMA_M, TILE_N, HEAD_DIM), cutlass.BFloat16, NUM_Q_TILES)
-    sK = sm100.make_smem_layout_b(tiled_mma, (MMA_M, TILE_N, HEAD_DIM), cutlass.BFloat16, KV_SLOTS)
-    sVt = sm100.make_smem_layout_b(tiled_mma_pv, (MMA_M, HEAD_DIM, TILE_N), cutlass.BFloat16, KV_SLOTS)
+    sK = sm100.make_smem_layout_b(tiled_mma, (MMA_M, TILE_N, HEAD_DIM), cutlass.BFloat16, NUM_STAGES)
+    sVt = sm100.make_smem_layout_b(tiled_mma_pv, (MMA_M, HEAD_DIM, TILE_N), cutlass.BFloat16, NUM_STAGES)
     return sQ, sK, sVt
 
 
@@ -158,19 +154,17 @@ def make_tmem_p_layout(tiled_mma_pv):
 
 
 def make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout):
-    """The CTA's shared memory, as a struct (its size is the launch's dynamic smem). sK and sVt
-    are two views of one ring (a slot holds a K half or a V half), so they must span the same."""
-    assert cute.cosize(sK_layout) == cute.cosize(sVt_layout) == KV_SLOTS * SLOT_ELEMS
+    """The CTA's shared memory, as a struct (its size is the launch's dynamic smem)."""
     @cute.struct
     class SharedStorage:
         sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], SMEM_ALIGN]
-        # The K/V ring: KV_SLOTS slots of SLOT_ELEMS, each holding a K half or a V half.
-        sKV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], SMEM_ALIGN]
+        sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], SMEM_ALIGN]
+        sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sVt_layout)], SMEM_ALIGN]
         # mbarriers, one per hand-off between two roles (see the module docstring). The leader's
         # q_full, kv_full, p_full and o_ready count both CTAs; the peer's stay unused.
         q_full: cute.struct.MemRange[cutlass.Int64, 1]
-        kv_full: cute.struct.MemRange[cutlass.Int64, KV_SLOTS]
-        kv_empty: cute.struct.MemRange[cutlass.Int64, KV_SLOTS]
+        kv_full: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
+        kv_empty: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
         s_full: cute.struct.MemRange[cutlass.Int64, NUM_Q_TILES]
         p_full: cute.struct.MemRange[cutlass.Int64, NUM_Q_TILES]
         o_ready: cute.struct.MemRange[cutlass.Int64, NUM_Q_TILES]   # O_g rescaled (correction warps)
@@ -250,21 +244,13 @@ def ex2_is_emulated(fragment, element, fragments):
             and EMU_FIRST_FRAGMENT <= fragment < fragments - 1)
 
 
-def ring_position(position):
-    """(slot, parity) of ring position p: K_j is position 2j, V_j position 2j + 1 (k_position,
-    v_position). Position p goes to slot p % KV_SLOTS, in round p // KV_SLOTS of that slot; a
-    slot's kv_full completes one phase per round, so position p waits with the round's parity.
-    The load warp waits for the *previous* round of kv_empty: the other parity.
-    (tests/test_pipeline_protocol.py replays this bookkeeping against a model of the mbarriers.)"""
-    return position % KV_SLOTS, (position // KV_SLOTS) % 2
-
-
-def k_position(n_block):
-    return 2 * n_block
-
-
-def v_position(n_block):
-    return 2 * n_block + 1
+def ring_position(n_block):
+    """(stage, parity) of K/V tile j. Tile j goes to stage j % NUM_STAGES, in round
+    j // NUM_STAGES of that stage; a stage's kv_full completes one phase per round, so tile j waits
+    with the round's parity. The load warp waits for the *previous* round of kv_empty: the other
+    parity. (tests/test_pipeline_protocol.py replays this bookkeeping against a model of the
+    mbarriers.)"""
+    return n_block % NUM_STAGES, (n_block // NUM_STAGES) % 2
 
 
 def o_row_tile(m_block, q_tile, cta_rank):
@@ -372,12 +358,12 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     smem = cutlass.memory.SmemAllocator()
     storage = smem.allocate(SharedStorage)
     # The swizzle (the layouts' inner function) goes with the smem pointer; the descriptors and
-    # the copies then see plain (outer) layouts. sK and sVt are two views of the same ring.
+    # the copies then see plain (outer) layouts.
     sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)     # (MMA, 1, k-blocks, Q tile)
-    sK = storage.sKV.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)    # (MMA, 1, k-blocks, slot)
-    sVt = cute.make_tensor(cute.recast_ptr(sK.iterator, sVt_layout.inner), sVt_layout.outer)   # B of P V
+    sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)     # (MMA, 1, k-blocks, stage)
+    sVt = storage.sV.get_tensor(sVt_layout.outer, swizzle=sVt_layout.inner)  # (MMA, 1, k-blocks, stage): B of P V
     q_full = storage.q_full.data_ptr()
-    kv_full, kv_empty = storage.kv_full.data_ptr(), storage.kv_empty.data_ptr()   # slot s: base + s
+    kv_full, kv_empty = storage.kv_full.data_ptr(), storage.kv_empty.data_ptr()   # stage s: base + s
     s_full, p_full, o_full = storage.s_full.data_ptr(), storage.p_full.data_ptr(), storage.o_full.data_ptr()
     o_ready, tmem_free = storage.o_ready.data_ptr(), storage.tmem_free.data_ptr()
     s_scale = storage.s_scale.get_tensor(cute.make_layout(NUM_Q_TILES * TILE_M))    # [g * TILE_M + row]
@@ -390,9 +376,9 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         with cute.arch.elect_one():
             for bar in (q_full, o_full):
                 cute.arch.mbarrier_init(bar, 1)
-            for slot in cutlass.range_constexpr(KV_SLOTS):
-                cute.arch.mbarrier_init(kv_full + slot, 1)
-                cute.arch.mbarrier_init(kv_empty + slot, KV_EMPTY_ARRIVALS)
+            for stage in cutlass.range_constexpr(NUM_STAGES):
+                cute.arch.mbarrier_init(kv_full + stage, 1)
+                cute.arch.mbarrier_init(kv_empty + stage, KV_EMPTY_ARRIVALS)
             for g in cutlass.range_constexpr(NUM_Q_TILES):
                 cute.arch.mbarrier_init(s_full + g, 1)
                 cute.arch.mbarrier_init(p_full + g, P_FULL_ARRIVALS)
@@ -477,11 +463,11 @@ def load_warp(tma_Q: cute.CopyAtom, tma_K: cute.CopyAtom, tma_V: cute.CopyAtom,
               sQ: cute.Tensor, sK: cute.Tensor, sVt: cute.Tensor,
               gQ: cute.Tensor, gK: cute.Tensor, gVt: cute.Tensor, thr_mma, thr_mma_pv,
               q_full, kv_full, kv_empty, m_block, n_blocks, cta_rank, leader):
-    """TMA producer, in both CTAs: both Q tiles once, then K_j and V_j (this CTA's halves) into the
-    ring's slots, each on the leader's kv_full."""
+    """TMA producer, in both CTAs: both Q tiles once, then K_j and V_j (this CTA's halves) into
+    stage j % NUM_STAGES of the K/V ring, on the leader's kv_full."""
     dtype = sQ.element_type
     # In both CTAs: this CTA's part of every tile, into its own smem. TMA partitions: each
-    # smem tile (one Q tile, one ring slot) is one TMA destination; the global side keeps the
+    # smem tile (one Q tile, one ring stage of K or V) is one TMA destination; the global side keeps the
     # tile index. The MMA's slice picks this CTA's rows of Q and its halves of K and V.
     def tma_partition(atom, smem_tile, gmem_part):
         return cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(smem_tile, 0, 3),
@@ -492,7 +478,9 @@ def load_warp(tma_Q: cute.CopyAtom, tma_K: cute.CopyAtom, tma_V: cute.CopyAtom,
     # The leader's expect-tx counts the pair's bytes: its own part and the peer's, whose
     # cta_group::2 copies complete on the leader's barrier (the peer's own is never used).
     q_bytes = CLUSTER_CTAS * cute.size_in_bytes(dtype, sQ.layout)      # both Q tiles, both CTAs
-    slot_bytes = CLUSTER_CTAS * cute.size_in_bytes(dtype, cute.select(sK.layout, mode=[0, 1, 2]))
+    # expect-tx counts one stage's bytes of the pair: both CTAs' K and V halves.
+    kv_bytes = CLUSTER_CTAS * (cute.size_in_bytes(dtype, cute.select(sK.layout, mode=[0, 1, 2]))
+                               + cute.size_in_bytes(dtype, cute.select(sVt.layout, mode=[0, 1, 2])))
     # Both Q tiles once (cute.copy of a TMA atom elects its own issuing thread, so it sits
     # outside elect_one; only the expect-tx arrive is inside).
     if cta_rank == leader:
@@ -501,35 +489,31 @@ def load_warp(tma_Q: cute.CopyAtom, tma_K: cute.CopyAtom, tma_V: cute.CopyAtom,
     for g in cutlass.range_constexpr(NUM_Q_TILES):
         cute.copy(tma_Q, tQgQ[None, NUM_Q_TILES * m_block + g], tQsQ[None, g], tma_bar_ptr=q_full)
     for n_block in range(n_blocks):
-        # K_j, then V_j, each into the next slot of the ring.
-        for kv in cutlass.range_constexpr(2):
-            slot, parity = ring_position(2 * n_block + kv)
-            # wait: slot s is free in this CTA. Pairs with the leader's tcgen05.commit (its
-            # arrive, multicast to both CTAs) on kv_empty[s] after the last MMA that read the
-            # slot's previous round: parity ^ 1. In round 0 the fresh barrier's "previous
-            # phase" (parity 1) counts as complete, so the load warp fills every slot at once.
-            # timeline: slot wait begin
-            cute.arch.mbarrier_wait(kv_empty + slot, parity ^ 1)
-            # timeline: slot wait end
-            if cta_rank == leader:
-                with cute.arch.elect_one():
-                    cute.arch.mbarrier_arrive_and_expect_tx(kv_full + slot, slot_bytes)
-            if kv == 0:
-                cute.copy(tma_K, tKgK[None, n_block], tKsK[None, slot], tma_bar_ptr=kv_full + slot)
-            else:
-                cute.copy(tma_V, tVgV[None, n_block], tVsV[None, slot], tma_bar_ptr=kv_full + slot)
+        # Tile j goes to stage s = j % NUM_STAGES, in round j // NUM_STAGES of that stage.
+        stage, parity = ring_position(n_block)
+        # wait: stage s is free in this CTA. Pairs with the leader's tcgen05.commit (its arrive,
+        # multicast to both CTAs) on kv_empty[s] after the P V MMAs of tile j - NUM_STAGES, the
+        # previous round: parity ^ 1. In round 0 the fresh barrier's "previous phase" (parity 1)
+        # counts as complete, so the load warp fills every stage without waiting.
+        # timeline: slot wait begin
+        cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
+        # timeline: slot wait end
+        if cta_rank == leader:
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(kv_full + stage, kv_bytes)
+        cute.copy(tma_K, tKgK[None, n_block], tKsK[None, stage], tma_bar_ptr=kv_full + stage)
+        cute.copy(tma_V, tVgV[None, n_block], tVsV[None, stage], tma_bar_ptr=kv_full + stage)
     # Producer tail: drain the ring before the exit barrier. The kv_empty arrives come from the
     # leader's commits, not from a thread, so no thread's exit orders them: without these
     # waits one could land after the CTA has exited, in shared memory that already belongs to
-    # the next CTA. Positions 2 n_blocks .. 2 n_blocks + KV_SLOTS - 1 are the next round of
-    # each slot, so their waits are each slot's last phase.
-    for i in cutlass.range_constexpr(KV_SLOTS):
-        slot, parity = ring_position(2 * n_blocks + i)
-        # wait: the last MMAs that read slot s are done. Pairs with the leader's last
-        # tcgen05.commit (its arrive) on kv_empty[s]: parity ^ 1, as in the loop; a slot no
-        # position used (2 n_blocks < KV_SLOTS) passes at once, as in round 0.
-        cute.arch.mbarrier_wait(kv_empty + slot, parity ^ 1)
-
+    # the next CTA. Positions n_blocks .. n_blocks + NUM_STAGES - 1 are the next round of each
+    # stage, so their waits are each stage's last phase.
+    for i in cutlass.range_constexpr(NUM_STAGES):
+        stage, parity = ring_position(n_blocks + i)
+        # wait: the last MMAs that read stage s are done. Pairs with the leader's last
+        # tcgen05.commit (its arrive) on kv_empty[s]: parity ^ 1, as in the loop; a stage no
+        # tile used (n_blocks < NUM_STAGES) passes at once, as in round 0.
+        cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
 
 @cute.jit
 def mma_warp(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Tensor, sK: cute.Tensor,
@@ -542,7 +526,7 @@ def mma_warp(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
     # Every MMA below covers both CTAs: rows 0-127 from this CTA's smem and TMEM, rows
     # 128-255 from the peer's, B's two halves one from each. The peer's MMA warp only
     # allocates and frees TMEM with this one.
-    # Smem operands as UMMA descriptors, one per 16-wide k-block (and Q tile or ring slot);
+    # Smem operands as UMMA descriptors, one per 16-wide k-block (and Q tile or ring stage);
     # the layouts are already split per CTA, so the fragments are the MMA's operands as they
     # are. P from TMEM.
     tSrQ = tiled_mma.make_fragment_A(sQ)
@@ -562,24 +546,21 @@ def mma_warp(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
     cute.arch.mbarrier_wait(q_full, 0)
 
     # Prologue: S_0(0) and S_1(0), so that both softmax warpgroups have a tile to start on.
-    k_slot, k_parity = ring_position(k_position(0))
-    # wait: K_0's halves landed in slot k (here and in the peer). Pairs with the load warp's
-    # expect-tx arrive (and both CTAs' TMA bytes) on kv_full[k]: round 0, parity 0.
+    stage, parity = ring_position(0)
+    # wait: K_0, V_0 (both CTAs' halves) landed in stage 0. Pairs with the load warp's expect-tx
+    # arrive (and both CTAs' TMA bytes) on kv_full[0]: round 0, parity 0.
     # timeline(0): K/V wait begin
-    cute.arch.mbarrier_wait(kv_full + k_slot, k_parity)
+    cute.arch.mbarrier_wait(kv_full + stage, parity)
     # timeline(0): K/V wait end
     tcgen05_fence_after_thread_sync()
     for g in cutlass.range_constexpr(NUM_Q_TILES):
         # timeline(0): S{g} begin
         for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
             tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
-            cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, k_slot], tStS[g])
+            cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, stage], tStS[g])
         with cute.arch.elect_one():
             tcgen05.commit(s_full + g, PAIR_MASK, tcgen05.CtaGroup.TWO)
         # timeline(0): S{g} end
-    # K_0's slot is free once both S MMAs complete: tell both CTAs' load warps.
-    with cute.arch.elect_one():
-        tcgen05.commit(kv_empty + k_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
 
     # Steady state, iteration j: P_0 V(j-1) -> S_0(j) -> P_1 V(j-1) -> S_1(j). Each Q tile's
     # P V of the previous tile is followed at once by its own next S, so S_g(j) waits only for
@@ -587,8 +568,8 @@ def mma_warp(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
     # warpgroup is waited on only for a tile two behind. While softmax 0 works on S_0(j) the
     # tensor core runs P_1 V(j-1) and S_1(j), and the other way round.
     for n_block in range(1, n_blocks):
-        v_slot, v_parity = ring_position(v_position(n_block - 1))
-        k_slot, k_parity = ring_position(k_position(n_block))
+        prev_stage, _ = ring_position(n_block - 1)
+        stage, parity = ring_position(n_block)
         for g in cutlass.range_constexpr(NUM_Q_TILES):
             # wait: P_g of tile j-1 in TMEM, in both CTAs. Pairs with the arrives of the 256
             # softmax threads of Q tile g (128 per CTA, the peer's remote) on p_full[g]: one
@@ -598,28 +579,26 @@ def mma_warp(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
             # wait: O_g rescaled to tile j-1's max (or left alone), in both CTAs. Pairs with the
             # arrives of the 256 correction threads on o_ready[g]: parity (j-1) % 2.
             cute.arch.mbarrier_wait(o_ready + g, (n_block - 1) % 2)
-            if g == 0:
-                # wait: V_{j-1}'s halves landed in slot v. Pairs with the load warp's expect-tx
-                # arrive (and both CTAs' bytes) on kv_full[v]: the round's parity.
-                cute.arch.mbarrier_wait(kv_full + v_slot, v_parity)
             # timeline(n_block - 1): P{g} wait end
             tcgen05_fence_after_thread_sync()
             # timeline(n_block - 1): O{g} begin
             for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
                 tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_block > 1 or kb != 0)
-                cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, v_slot],
+                cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, prev_stage],
                           tOtO[g])
             # timeline(n_block - 1): O{g} end
             if g == NUM_Q_TILES - 1:
-                # V_{j-1}'s last MMAs are issued: slot v is free once they complete.
+                # Tile j-1's last MMAs are issued: stage s_{j-1} (K_{j-1}, V_{j-1}) is free once
+                # they complete. Tell both CTAs' load warps.
                 with cute.arch.elect_one():
-                    tcgen05.commit(kv_empty + v_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
+                    tcgen05.commit(kv_empty + prev_stage, PAIR_MASK, tcgen05.CtaGroup.TWO)
             if g == 0:
-                # wait: K_j's halves landed in slot k. Pairs with the load warp's expect-tx
-                # arrive (and both CTAs' bytes) on kv_full[k]: the round's parity. Taken after
-                # P_0 V(j-1) is issued, so that MMA does not wait for the load.
+                # wait: K_j, V_j (both CTAs' halves) landed in stage s. Pairs with the load warp's
+                # expect-tx arrive (and both CTAs' bytes) on kv_full[s]: one phase per round, the
+                # round's parity. Taken after P_0 V(j-1) is issued, so that MMA does not wait for
+                # the load.
                 # timeline: K/V wait begin
-                cute.arch.mbarrier_wait(kv_full + k_slot, k_parity)
+                cute.arch.mbarrier_wait(kv_full + stage, parity)
                 # timeline: K/V wait end
                 tcgen05_fence_after_thread_sync()
             # S_g(j) = Q_g K_j^T overwrites the columns P_g V(j-1), issued just before, reads
@@ -629,17 +608,13 @@ def mma_warp(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
             # timeline: S{g} begin
             for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                 tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
-                cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, k_slot], tStS[g])
+                cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, stage], tStS[g])
             with cute.arch.elect_one():
                 tcgen05.commit(s_full + g, PAIR_MASK, tcgen05.CtaGroup.TWO)
             # timeline: S{g} end
-            if g == NUM_Q_TILES - 1:
-                # K_j's last MMAs are issued: slot k is free once they complete.
-                with cute.arch.elect_one():
-                    tcgen05.commit(kv_empty + k_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
 
     # Tail: the last tile's P V for both Q tiles.
-    v_slot, v_parity = ring_position(v_position(n_blocks - 1))
+    last_stage, _ = ring_position(n_blocks - 1)
     for g in cutlass.range_constexpr(NUM_Q_TILES):
         # wait: P_g of the last tile in TMEM, in both CTAs. Pairs with the 256 softmax
         # threads' arrives on p_full[g]: the last tile's phase, parity (n_blocks-1) % 2.
@@ -648,25 +623,20 @@ def mma_warp(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
         # wait: O_g rescaled for the last tile. Pairs with the 256 correction threads' arrives
         # on o_ready[g]: the last tile's phase, parity (n_blocks-1) % 2.
         cute.arch.mbarrier_wait(o_ready + g, (n_blocks - 1) % 2)
-        if g == 0:
-            # wait: the last V's halves landed in slot v. Pairs with the load warp's expect-tx
-            # arrive (and both CTAs' bytes) on kv_full[v]: the round's parity.
-            cute.arch.mbarrier_wait(kv_full + v_slot, v_parity)
         # timeline(n_blocks - 1): P{g} wait end
         tcgen05_fence_after_thread_sync()
         # timeline(n_blocks - 1): O{g} begin
         for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
             tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_blocks > 1 or kb != 0)
-            cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, v_slot],
+            cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, last_stage],
                       tOtO[g])
         # timeline(n_blocks - 1): O{g} end
-    # The last V slot is free, and O final, once these MMAs complete: tell both CTAs' load
+    # The last stage is free, and O final, once these MMAs complete: tell both CTAs' load
     # warps and softmax warpgroups.
     with cute.arch.elect_one():
-        tcgen05.commit(kv_empty + v_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
+        tcgen05.commit(kv_empty + last_stage, PAIR_MASK, tcgen05.CtaGroup.TWO)
     with cute.arch.elect_one():
         tcgen05.commit(o_full, PAIR_MASK, tcgen05.CtaGroup.TWO)
-
 
 @cute.jit
 def correction_warpgroup(tOtO, s_scale, o_ready, n_blocks, leader):
@@ -762,10 +732,8 @@ def softmax_warpgroup(tStS, tOtO, gO: cute.Tensor, s_scale, s_full, p_full, o_fu
     r_p = cute.make_tensor(cute.recast_ptr(r_p_cols.iterator, dtype=dtype), r_chunk.layout)
     num_chunks_S, num_chunks_O = TILE_N // TMEM_CHUNK, HEAD_DIM // TMEM_CHUNK
     # The whole row of S_g (TILE_N fp32 values) in registers, loaded in TMEM_CHUNK-column pieces
-    # (4 x tcgen05.ld.32x32b.x32, as FA4): with 512 threads the launch allows 128 registers,
-    # and ptxas compiles every instruction within that, setmaxnreg or not; b11's single x128
-    # load would need more than 128 in one instruction. r_S[c] views chunk c, the piece the
-    # P stores and the sums work on.
+    # (num_chunks_S = 8 tcgen05.ld.32x32b.x16, all issued before one wait), as in b11. r_S[c]
+    # views chunk c, the piece the loads fill and the P stores and the sums work on.
     S_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
     load_s, _ = make_row_copies(S_chunk0, TMEM_CHUNK)
     thr_load_s = load_s.get_slice(row)
@@ -791,17 +759,18 @@ def softmax_warpgroup(tStS, tOtO, gO: cute.Tensor, s_scale, s_full, p_full, o_fu
         tcgen05_fence_after_thread_sync()
 
         # Online softmax on this thread's row; the row is whole in one thread, so no shuffles.
-        # S is read from TMEM once: all TILE_N columns of the row into registers (4 loads, one
-        # wait), then the row max, then the exponentials in place.
+        # S is read from TMEM once: all TILE_N columns of the row into registers (8 loads of
+        # TMEM_CHUNK columns, one wait), then the row max, then the exponentials in place.
         for c in cutlass.range_constexpr(num_chunks_S):
             cute.copy(thr_load_s, chunk(tS_ld, c), r_S[c])
         cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld: r_S is valid
         m_new = row_max
         for c in cutlass.range_constexpr(num_chunks_S):
             m_new = cute.arch.fmax(r_S[c].load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0), m_new)
-        # Conditional rescaling: the max moves only if it grows by more than RESCALE_THRESHOLD
-        # in log2 units; otherwise the old max stays (P up to 2^8 this tile) and O's factor is
-        # 1. The first tile has m_old = -inf: the max moves, factor 2^-inf = 0 (unused).
+        # The max moves only if it grows by more than RESCALE_THRESHOLD in log2 units (0: if
+        # it grows at all; moved_log2 <= 0 always, and is 0 exactly when the max stayed);
+        # otherwise the old max stays (P up to 2^RESCALE_THRESHOLD this tile) and O's factor
+        # is exactly 1. The first tile has m_old = -inf: the max moves, factor 2^-inf = 0 (unused).
         moved_log2 = (row_max - m_new) * scale_log2
         rescale = cute.math.exp2(moved_log2, fastmath=True)
         if moved_log2 >= -RESCALE_THRESHOLD:
@@ -871,7 +840,7 @@ INFO = contract.StepInfo(
     id="b13",
     slug="two_cta_mma",
     title="2-CTA MMA",
-    change="a cluster of two CTAs runs every MMA as one tcgen05.mma.cta_group::2 with M = 256; each CTA loads half of every K and V tile (one ring of half-tile slots); 24 of 128 exponentials emulated",
+    change="a cluster of two CTAs runs every MMA as one tcgen05.mma.cta_group::2 with M = 256; each CTA loads half of every K and V tile",
     archs=("sm_100a",),
     enabler=False,
     threads=THREADS,
@@ -887,7 +856,6 @@ INFO = contract.StepInfo(
            "tmem_map": {"S0": (TMEM_S_COL[0], TILE_N), "S1": (TMEM_S_COL[1], TILE_N),
                         "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)},
            "tmem_aliases": {"P0": ("S0", 0, P_COLS), "P1": ("S1", 0, P_COLS)},
-           "q_tiles": NUM_Q_TILES,
            "warp_roles": {"softmax0": tuple(range(0, 4)), "softmax1": tuple(range(4, 8)),
                           "correction": tuple(range(CORRECTION_WARP, CORRECTION_WARP + CORRECTION_WARPS)),
                           "mma": (MMA_WARP,), "load": (LOAD_WARP,), "idle": (LOAD_WARP + 1, LOAD_WARP + 2)},
@@ -895,8 +863,7 @@ INFO = contract.StepInfo(
            "registers": {"softmax": SOFTMAX_REGISTERS, "correction": CORRECTION_REGISTERS, "other": OTHER_REGISTERS},
            "rescale_threshold": RESCALE_THRESHOLD,
            "cta_group": CLUSTER_CTAS,
-           "kv_slots": KV_SLOTS,
-           "kv_slot_bytes": 2 * SLOT_ELEMS,
+           "kv_stages": NUM_STAGES,
            "ex2_emulated_per_tile": EX2_EMULATED_PER_TILE},
 )
 

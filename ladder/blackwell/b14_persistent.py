@@ -1,38 +1,35 @@
-"""b14 — persistent clusters and an epilogue warp: one cluster per SM pair walks the work tiles; O leaves by TMA store.
+"""b14 — persistent clusters: one cluster per SM pair walks the work tiles.
 
 Change from b13: the grid is GRID_CTAS = 148 CTAs (a B200's SMs, as 74 pairs), not one cluster
 per 512 query rows. Cluster c takes work tiles c, c + 74, c + 148, ... of the m_blocks x heads x
 batch tiles (the query block fastest, then the head, then the batch: FA4's
 StaticPersistentTileScheduler), and every role runs its b13 loop once per tile, its barrier
-phases and ring positions counted across tiles, so the load warp fetches the next tile's K, Q
-and V while the current tile's last MMAs, softmax and output run. O no longer goes from the
-softmax threads' registers to global memory: they write it (bf16, after the 1/rowsum) into a
-shared-memory tile sO[g] and an epilogue warp (warp 14) stores it with one TMA store per Q tile,
-overlapping the next tile. New barriers: q_empty (the tile's last S MMA has read Q: the load warp
-may bring the next tile's Q; a multicast commit), o_epi_full[g] (sO[g] written, 128 softmax
-threads) and o_epi_empty[g] (the TMA store has read sO[g]).
+phases and ring positions counted across tiles (nothing is reset between work tiles). One new
+barrier: q_empty (the work tile's last S MMA has read Q: the load warps may bring the next
+tile's Q; a multicast commit). Everything else is b13's: the softmax warps still store O from
+registers to global memory, once per work tile, and o_full still completes once per work tile.
 
 Why: with one cluster per 512 rows every cluster pays its start (barrier init, the cluster
 barrier, TMEM alloc, setmaxnreg, a K/V ring that starts empty) and its end (the last tile's P V,
 the O drain from TMEM and the stores, the TMEM handshake), with the SMs idle between a CTA's exit
-and the next one's start. A persistent cluster pays them once; the next tile's loads overlap this
-tile's tail, and its first S MMA can start while this tile's O is still on its way out. At 4k
-(16 heads, batch 4: 512 work tiles over 74 clusters, 7 rounds) the start and end are a larger
-part of each cluster's work than at 16k (1 batch: 32 m-blocks x 16 heads, 512 tiles, each 4x
-longer).
+and the next one's start. A persistent cluster pays them once; the next tile's loads start as
+soon as the current tile's last S MMAs have read Q, and its first S MMAs follow this tile's last
+P V on the tensor core while the softmax warps drain O. At 4k (16 heads, batch 4: 512 work tiles over 74 clusters, 7 rounds)
+the start and end are a larger part of each cluster's work than at 16k (1 batch: 32 m-blocks x
+16 heads, 512 tiles, each 4x longer).
 
 Expect (model): the bound model has no prologue or epilogue term, so it predicts b14 level with
 b13 (``ladder bound b14 --gpu b200``); what persistence saves is per work tile, a larger share at
 4k than at 16k, and only a B200 run measures it. On Hopper the same change (h14 against h13)
 measured no gain: there the loop's scheduling moved more than the saved starts and ends. Against
-it here: the softmax also writes O into shared memory (thread stores that share the SM's
-bandwidth with the tensor cores' reads), and a work tile's O drain still sits on the softmax
-warps' path (FA4 moves it to the correction warps).
+it here: a work tile's O drain (TMEM -> registers -> global memory) still sits on the softmax
+warps' path, and the next work tile's first P V waits for it (FA4 moves the drain to the
+correction warps and the store to an epilogue warp).
 
-Evidence: ``ladder sass b14 --against b13`` (UTMASTG, no STG); tests/test_blackwell_steps.py (the
-grid and cluster in the IR's launch facts, the scheduler's tile order for shapes that do not
-divide the clusters, the PTX's bulk-store groups and proxy fence); tests/test_barrier_protocol.py
-(the pair's barriers replayed over 0-3 work tiles per cluster); writeups/blackwell/14-persistent.md.
+Evidence: ``ladder sass b14 --against b13``; tests/test_blackwell_steps.py (the grid and cluster
+in the IR's launch facts, the scheduler's tile order for shapes that do not divide the clusters,
+O still stored from registers); tests/test_barrier_protocol.py (the pair's barriers replayed
+over 0-3 work tiles per cluster); writeups/blackwell/14-persistent.md.
 Compiled, not yet run on a B200.
 """
 import math
@@ -61,19 +58,20 @@ CORRECTION_WARP = SOFTMAX_WARPS    # warps 8-11: O's rescale; warp 8 + i owns TM
 CORRECTION_WARPS = 4
 MMA_WARP = CORRECTION_WARP + CORRECTION_WARPS   # warp 12: TMEM alloc in both CTAs; MMAs in the leader only
 LOAD_WARP = MMA_WARP + 1           # warp 13: issues every TMA copy (its CTA's halves)
-EPILOGUE_WARP = LOAD_WARP + 1      # warp 14: the TMA stores of O
-NUM_WARPS = 16                     # warp 15 completes the fourth warpgroup (setmaxnreg acts per warpgroup)
+NUM_WARPS = 16                     # warps 14-15 complete the fourth warpgroup (setmaxnreg acts per warpgroup)
 THREADS = NUM_WARPS * 32
 # Registers per thread after setmaxnreg, per warpgroup: 2 x 128 x 192 + 128 x 80 + 128 x 48 = 65,536,
 # the whole register file (b12's split; FA4's 2-CTA build moves a few from the softmax to the others).
 SOFTMAX_REGISTERS = 192
 CORRECTION_REGISTERS = 80
 OTHER_REGISTERS = 48
-# Conditional rescaling (FA4's rescale_threshold for 16-bit inputs): the running max moves only when
-# the new one is more than this many log2 units above it, so P <= 2^RESCALE_THRESHOLD before bf16.
-RESCALE_THRESHOLD = 8.0
+# The running max moves when the new one is more than this many log2 units above it, so P <=
+# 2^RESCALE_THRESHOLD before bf16. 0.0: exact rescaling, the max moves whenever it grows (a row's
+# factor is below 1 only when its max grew). FA4 lets it lag by up to 8 for 16-bit inputs
+# (exp:b12-rescale-threshold-8).
+RESCALE_THRESHOLD = 0.0
 # Named barriers (0 is sync_threads): one per softmax warp and the correction warp of its TMEM
-# lanes, "this tile's factors are in sScale": STATS_BARRIER + 4 g + i for Q tile g, lane quarter i.
+# lanes, "this tile's factors are in s_scale": STATS_BARRIER + 4 g + i for Q tile g, lane quarter i.
 # Named barriers are per CTA: the pair does not share them.
 STATS_BARRIER = 1
 STATS_THREADS = 2 * 32
@@ -82,17 +80,12 @@ KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the leader's tcgen05.
 P_FULL_ARRIVALS = CLUSTER_CTAS * TILE_M                  # every softmax thread of Q tile g, both CTAs
 O_READY_ARRIVALS = CLUSTER_CTAS * CORRECTION_WARPS * 32  # every correction thread, both CTAs
 TMEM_FREE_ARRIVALS = 32            # the other CTA's MMA warp, one arrival per lane, before the pair frees TMEM
-O_EPI_FULL_ARRIVALS = TILE_M       # sO[g] written: every softmax thread of Q tile g (this CTA)
-O_EPI_EMPTY_ARRIVALS = 1           # sO[g] read by the TMA store: one thread of the epilogue warp
 # Persistent grid: one CTA per SM of a B200, in pairs (clusters); the kernel walks the work tiles.
 SM_COUNT = 148
 GRID_CTAS = SM_COUNT // CLUSTER_CTAS * CLUSTER_CTAS
-# K/V ring: slots of half a tile (this CTA's half of one K or one V tile, 16 KB). K_j takes ring
-# position 2j and V_j 2j + 1; KV_SLOTS = 4 keeps b12's two K/V tiles in flight.
-KV_SLOTS = 4
-# Columns per tcgen05.ld/st of S or O (16, as in b02-b11; a register-allocation knob, not part of
-# the algorithm). S, O and P all go by TMEM_CHUNK (b10-b11 loaded S whole; see the softmax below for
-# why b12 on cannot).
+NUM_STAGES = 2                     # K/V ring depth: tiles in flight ahead of the MMA warp
+# Columns per tcgen05.ld/st of S, O and P (16, as in b02-b11; a register-allocation knob, not part
+# of the algorithm).
 TMEM_CHUNK = 16
 LOG2_E = math.log2(math.e)   # exp(x) = 2^(x * log2(e))
 
@@ -102,11 +95,9 @@ TMEM_S_COL = (0, TILE_N)                                   # S of Q tile 0, 1
 TMEM_O_COL = (2 * TILE_N, 2 * TILE_N + HEAD_DIM)           # O of Q tile 0, 1
 TMEM_COLS = 512
 
-# smem per CTA: 2 Q tiles + KV_SLOTS half tiles + 2 O tiles for the TMA store (128-byte swizzled),
-# all bf16. P lives in TMEM.
+# smem per CTA: 2 Q tiles + NUM_STAGES x (K half + V half) (128-byte swizzled), all bf16. P lives in TMEM.
 SMEM_ALIGN = 1024      # the 128B swizzle repeats every 8 rows x 128 B; descriptors assume this base
-SLOT_ELEMS = (TILE_N // CLUSTER_CTAS) * HEAD_DIM           # = (HEAD_DIM // 2) * TILE_N: a K half or a V half
-SMEM_BYTES = 2 * (2 * NUM_Q_TILES * TILE_M * HEAD_DIM + KV_SLOTS * SLOT_ELEMS)
+SMEM_BYTES = 2 * (NUM_Q_TILES * TILE_M * HEAD_DIM + NUM_STAGES * 2 * (TILE_N // CLUSTER_CTAS) * HEAD_DIM)
 # P_g (bf16, TILE_N keys = TILE_N / 2 columns) aliases the first columns of S_g.
 P_COLS = TILE_N * 16 // 32
 
@@ -117,18 +108,18 @@ P_COLS = TILE_N * 16 // 32
 EX2_POLY = (1.0, 0.695146143436431884765625, 0.227564394474029541015625, 0.077119089663028717041015625)
 EX2_CLAMP = -127.0                         # below it every x gives 2^-127's value: < 2^-126, nothing next to a row sum >= 1
 ROUND_DOWN_MAGIC = float(2**23 + 2**22)    # x + 1.5*2^23 rounded down keeps floor(x) in the low mantissa bits
-# Which exponentials: FA4's 2-CTA setting for head dim 128 (ex2_emu_freq 10, ex2_emu_res 4,
-# ex2_emu_start_frg 1; b11-b12 had its 1-CTA 16). In each EMU_FRAGMENT of a row (FA4's fragment: 32 scores),
-# the last EMU_SPAN of every EMU_PERIOD elements (elements 6-9, 16-19, 26-29), in every fragment
-# but the first and the last: 2 fragments x 3 periods x 4 = 24 of 128 elements, 18.75%. FA4 keeps
-# the first and the last fragment of a row on the MUFU; so does this kernel.
+# Which exponentials: FA4's 1-CTA default for head dim 128 (ex2_emu_freq 16, ex2_emu_res 4,
+# ex2_emu_start_frg 1; its 2-CTA kernel, which FA4 picks for this shape, emulates 18.75%). In each
+# EMU_FRAGMENT of a row (FA4's fragment: 32 scores), the last EMU_SPAN of every EMU_PERIOD elements, in every fragment but the first and the last: 2 fragments x 2 periods x 4 =
+# 16 of 128 elements, 12.5%. FA4 keeps the first and the last fragment of a row on the MUFU; so
+# does this kernel.
 EMU_FRAGMENT = 32
-EMU_PERIOD = 10
+EMU_PERIOD = 16
 EMU_SPAN = 4
 EMU_FIRST_FRAGMENT = 1
 
 EX2_EMULATED_PER_TILE = ((TILE_N // EMU_FRAGMENT - 1 - EMU_FIRST_FRAGMENT) * (EMU_FRAGMENT // EMU_PERIOD)
-                         * EMU_SPAN)        # per thread (= row) and K/V tile: 24 of 128
+                         * EMU_SPAN)        # per thread (= row) and K/V tile: 16 of 128
 
 
 def make_smem_layouts(tiled_mma, tiled_mma_pv):
@@ -138,20 +129,12 @@ def make_smem_layouts(tiled_mma, tiled_mma_pv):
     takes from one CTA, already split into (MMA atom, M or N blocks, k-blocks, stage): sQ is this
     CTA's 128 rows of Q tile g (of the MMA's 256); sK is its 64 keys of a K tile (the MMA's B,
     N = 128, split along N between the two CTAs), K-major; sVt its 64 head dims of a V tile (B of
-    O += P V, N = HEAD_DIM split alike), MN-major. K and V halves take turns in the same ring
-    slots, so both have KV_SLOTS stages of SLOT_ELEMS elements. sO (make_epilogue_layout) comes
-    last. P is not in shared memory."""
+    O += P V, N = HEAD_DIM split alike), MN-major; each with NUM_STAGES stages, as in b12. P is
+    not in shared memory."""
     sQ = sm100.make_smem_layout_a(tiled_mma, (MMA_M, TILE_N, HEAD_DIM), cutlass.BFloat16, NUM_Q_TILES)
-    sK = sm100.make_smem_layout_b(tiled_mma, (MMA_M, TILE_N, HEAD_DIM), cutlass.BFloat16, KV_SLOTS)
-    sVt = sm100.make_smem_layout_b(tiled_mma_pv, (MMA_M, HEAD_DIM, TILE_N), cutlass.BFloat16, KV_SLOTS)
-    return sQ, sK, sVt, make_epilogue_layout()
-
-
-def make_epilogue_layout():
-    """sO: (TILE_M, D, Q tile), bf16, K-major with the 128B swizzle (Q's layout in b12): what one
-    TMA store reads per Q tile. Each softmax thread writes its row, 16 bytes at a time."""
-    atom = tcgen05.make_smem_layout_atom(tcgen05.SmemLayoutAtomKind.K_SW128, cutlass.BFloat16)
-    return cute.tile_to_shape(atom, (TILE_M, HEAD_DIM, NUM_Q_TILES), (0, 1, 2))
+    sK = sm100.make_smem_layout_b(tiled_mma, (MMA_M, TILE_N, HEAD_DIM), cutlass.BFloat16, NUM_STAGES)
+    sVt = sm100.make_smem_layout_b(tiled_mma_pv, (MMA_M, HEAD_DIM, TILE_N), cutlass.BFloat16, NUM_STAGES)
+    return sQ, sK, sVt
 
 
 def make_tmem_p_layout(tiled_mma_pv):
@@ -161,29 +144,24 @@ def make_tmem_p_layout(tiled_mma_pv):
     return sm100.make_smem_layout_a(tiled_mma_pv, (MMA_M, HEAD_DIM, TILE_N), cutlass.BFloat16, 1).outer
 
 
-def make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout, sO_layout):
-    """The CTA's shared memory, as a struct (its size is the launch's dynamic smem). sK and sVt
-    are two views of one ring (a slot holds a K half or a V half), so they must span the same."""
-    assert cute.cosize(sK_layout) == cute.cosize(sVt_layout) == KV_SLOTS * SLOT_ELEMS
+def make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout):
+    """The CTA's shared memory, as a struct (its size is the launch's dynamic smem)."""
     @cute.struct
     class SharedStorage:
         sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], SMEM_ALIGN]
-        # The K/V ring: KV_SLOTS slots of SLOT_ELEMS, each holding a K half or a V half.
-        sKV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], SMEM_ALIGN]
-        sO: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sO_layout)], SMEM_ALIGN]
+        sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], SMEM_ALIGN]
+        sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sVt_layout)], SMEM_ALIGN]
         # mbarriers, one per hand-off between two roles (see the module docstring). The leader's
         # q_full, kv_full, p_full and o_ready count both CTAs; the peer's stay unused.
         q_full: cute.struct.MemRange[cutlass.Int64, 1]
         q_empty: cute.struct.MemRange[cutlass.Int64, 1]             # the tile's last S has read Q
-        kv_full: cute.struct.MemRange[cutlass.Int64, KV_SLOTS]
-        kv_empty: cute.struct.MemRange[cutlass.Int64, KV_SLOTS]
+        kv_full: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
+        kv_empty: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
         s_full: cute.struct.MemRange[cutlass.Int64, NUM_Q_TILES]
         p_full: cute.struct.MemRange[cutlass.Int64, NUM_Q_TILES]
         o_ready: cute.struct.MemRange[cutlass.Int64, NUM_Q_TILES]   # O_g rescaled (correction warps)
-        o_full: cute.struct.MemRange[cutlass.Int64, NUM_Q_TILES]    # O_g final for the work tile
+        o_full: cute.struct.MemRange[cutlass.Int64, 1]              # O final for the work tile
         tmem_free: cute.struct.MemRange[cutlass.Int64, 1]           # the other CTA's MMA warp is done with TMEM
-        o_epi_full: cute.struct.MemRange[cutlass.Int64, NUM_Q_TILES]    # sO[g] written (softmax g)
-        o_epi_empty: cute.struct.MemRange[cutlass.Int64, NUM_Q_TILES]   # sO[g] read by the TMA store
         # Per Q tile and row, this tile's O factor (1.0: no rescale), softmax -> correction.
         s_scale: cute.struct.MemRange[cutlass.Float32, NUM_Q_TILES * TILE_M]
         # tcgen05.alloc writes the TMEM base address here.
@@ -217,15 +195,6 @@ def _asm_f32(asm: str, *args, loc=None, ip=None):
     return cutlass.Float32(llvm.inline_asm(
         T.f32(), [cutlass.Float32(a).ir_value(loc=loc, ip=ip) for a in args], asm, "=f" + ",f" * len(args),
         has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT))
-
-
-@dsl_user_op
-def opaque_i32(x, *, loc=None, ip=None):
-    """``x`` through an inline-PTX move the compiler may not hoist or merge (it has side effects):
-    address arithmetic derived from it stays where it is written."""
-    return cutlass.Int32(llvm.inline_asm(
-        T.i32(), [cutlass.Int32(x).ir_value(loc=loc, ip=ip)], "mov.b32 $0, $1;", "=r,r",
-        has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT))
 
 
 def _exponent_add(floor_bits, mantissa):
@@ -267,15 +236,6 @@ def ex2_is_emulated(fragment, element, fragments):
             and EMU_FIRST_FRAGMENT <= fragment < fragments - 1)
 
 
-def make_tma_store(mO, sO_layout):
-    """The TMA store of one O tile, (TILE_M, D) from sO[g] to global memory, O viewed as (seqlen,
-    d, heads, batch) as Q is for its load. A plain (cta_group::1) bulk copy: each CTA stores its
-    own rows."""
-    o = cute.make_tensor(mO.iterator, cute.select(mO.layout, mode=[1, 3, 2, 0]))
-    return cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileS2GOp(), o, cute.select(sO_layout, mode=[0, 1]),
-                                       (TILE_M, HEAD_DIM))
-
-
 def tile_coords(tile, m_blocks, heads):
     """Work tile -> (m_block, head, batch): the cluster's 512-row query block fastest, then the
     head, then the batch (FA4's static persistent order), so consecutive tiles of neighbouring
@@ -283,38 +243,18 @@ def tile_coords(tile, m_blocks, heads):
     return tile % m_blocks, (tile // m_blocks) % heads, tile // (m_blocks * heads)
 
 
-def tile_views(tma_mQ, tma_mK, tma_mVt, tma_mO, head, batch):
-    """One (batch, head)'s tensors as TMA coordinates: gQ (MMA_M, D, 256-row tiles of the
-    sequence; the cluster's Q tile g of m-block m is tile 2 m + g), gK (TILE_N, D, n_blocks), gVt
-    (D, TILE_N, n_blocks), gO (TILE_M, D, 128-row tiles; this CTA's rows of Q tile g are tile
-    o_row_tile(m, g, rank)). The MMA's split (slice cta_rank) gives a CTA its part of Q, K, V."""
-    gQ = cute.local_tile(tma_mQ[None, None, head, batch], (MMA_M, HEAD_DIM), (None, 0))
-    gK = cute.local_tile(tma_mK[None, None, head, batch], (TILE_N, HEAD_DIM), (None, 0))
-    gVt = cute.local_tile(tma_mVt[None, None, head, batch], (HEAD_DIM, TILE_N), (0, None))
-    gO = cute.local_tile(tma_mO[None, None, head, batch], (TILE_M, HEAD_DIM), (None, 0))
-    return gQ, gK, gVt, gO
-
-
 def tiles_of(cluster, n_clusters, n_work):
     """How many of the work tiles cluster, cluster + n_clusters, ... exist (< n_work)."""
     return (n_work - cluster + n_clusters - 1) // n_clusters
 
 
-def ring_position(position):
-    """(slot, parity) of ring position p: K_j is position 2j, V_j position 2j + 1 (k_position,
-    v_position). Position p goes to slot p % KV_SLOTS, in round p // KV_SLOTS of that slot; a
-    slot's kv_full completes one phase per round, so position p waits with the round's parity.
-    The load warp waits for the *previous* round of kv_empty: the other parity.
-    (tests/test_pipeline_protocol.py replays this bookkeeping against a model of the mbarriers.)"""
-    return position % KV_SLOTS, (position // KV_SLOTS) % 2
-
-
-def k_position(n_block):
-    return 2 * n_block
-
-
-def v_position(n_block):
-    return 2 * n_block + 1
+def ring_position(n_block):
+    """(stage, parity) of K/V tile j. Tile j goes to stage j % NUM_STAGES, in round
+    j // NUM_STAGES of that stage; a stage's kv_full completes one phase per round, so tile j waits
+    with the round's parity. The load warp waits for the *previous* round of kv_empty: the other
+    parity. (tests/test_pipeline_protocol.py replays this bookkeeping against a model of the
+    mbarriers.)"""
+    return n_block % NUM_STAGES, (n_block // NUM_STAGES) % 2
 
 
 def o_row_tile(m_block, q_tile, cta_rank):
@@ -350,7 +290,7 @@ def make_row_copies(acc_tile, columns):
 
 def row_piece(tile, row, piece):
     """Columns piece * TMEM_CHUNK .. + TMEM_CHUNK - 1 of one row of a (rows, cols) tile: what one
-    thread stores per chunk of its row (O into sO)."""
+    thread stores per chunk of its row (O to global memory)."""
     return cute.local_tile(tile, (1, TMEM_CHUNK), (row, piece))
 
 
@@ -374,16 +314,15 @@ def host(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
     dtype = mQ.element_type
     mQ, mK, mV, mO = (contract.aligned(t) for t in (mQ, mK, mV, mO))
     tiled_mma, tiled_mma_pv = make_tiled_mmas(dtype)
-    sQ_layout, sK_layout, sVt_layout, sO_layout = make_smem_layouts(tiled_mma, tiled_mma_pv)
+    sQ_layout, sK_layout, sVt_layout = make_smem_layouts(tiled_mma, tiled_mma_pv)
 
-    SharedStorage = make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout, sO_layout)
+    SharedStorage = make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout)
     (tma_Q, tma_mQ), (tma_K, tma_mK), (tma_V, tma_mVt) = make_tma_loads(
         mQ, mK, mV, sQ_layout, sK_layout, sVt_layout, tiled_mma, tiled_mma_pv)
-    tma_O, tma_mO = make_tma_store(mO, sO_layout)
     # Persistent: one CTA per SM, in pairs (a cluster per SM pair); the kernel walks the work tiles.
     grid = (GRID_CTAS, 1, 1)
-    kernel(tma_Q, tma_mQ, tma_K, tma_mK, tma_V, tma_mVt, tma_O, tma_mO, mO, softmax_scale,
-           sQ_layout, sK_layout, sVt_layout, sO_layout, make_tmem_p_layout(tiled_mma_pv), tiled_mma, tiled_mma_pv,
+    kernel(tma_Q, tma_mQ, tma_K, tma_mK, tma_V, tma_mVt, mO, softmax_scale,
+           sQ_layout, sK_layout, sVt_layout, make_tmem_p_layout(tiled_mma_pv), tiled_mma, tiled_mma_pv,
            SharedStorage).launch(
         grid=grid, block=[THREADS, 1, 1], cluster=[CLUSTER_CTAS, 1, 1], smem=SharedStorage.size_in_bytes(),
         stream=stream,
@@ -394,10 +333,10 @@ def host(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
 
 @cute.kernel
 def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_mK: cute.Tensor,
-           tma_V: cute.CopyAtom, tma_mVt: cute.Tensor, tma_O: cute.CopyAtom, tma_mO: cute.Tensor,
-           mO: cute.Tensor, softmax_scale: cutlass.Float32,
+           tma_V: cute.CopyAtom, tma_mVt: cute.Tensor, mO: cute.Tensor,
+           softmax_scale: cutlass.Float32,
            sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout,
-           sVt_layout: cute.ComposedLayout, sO_layout: cute.ComposedLayout, tP_layout: cute.Layout,
+           sVt_layout: cute.ComposedLayout, tP_layout: cute.Layout,
            tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, SharedStorage: cutlass.Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -407,7 +346,10 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     peer = 1 - cta_rank          # the other CTA of the pair, from either side
     n_blocks = cute.size(tma_mK.shape[0]) // TILE_N
     # The work: m_blocks x heads x batch tiles of 512 query rows (one cluster's), taken by cluster
-    # c as tiles c, c + n_clusters, ...; both CTAs of a cluster walk the same tiles.
+    # c as tiles c, c + n_clusters, ...; both CTAs of a cluster walk the same tiles (they must:
+    # every MMA, hand-off to the leader and the TMEM handshake pairs one CTA's with the other's).
+    # The roles that address memory (the load warp, the softmax's O store) work out each tile's
+    # (m_block, head, batch) with tile_coords.
     heads = cute.size(tma_mQ.shape[2])
     m_blocks = cute.size(tma_mQ.shape[0]) // (CLUSTER_CTAS * NUM_Q_TILES * TILE_M)
     cluster, _, _ = cute.arch.cluster_idx()            # %clusterid.x: this pair's index
@@ -417,37 +359,31 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     smem = cutlass.memory.SmemAllocator()
     storage = smem.allocate(SharedStorage)
     # The swizzle (the layouts' inner function) goes with the smem pointer; the descriptors and
-    # the copies then see plain (outer) layouts. sK and sVt are two views of the same ring.
+    # the copies then see plain (outer) layouts.
     sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)     # (MMA, 1, k-blocks, Q tile)
-    sK = storage.sKV.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)    # (MMA, 1, k-blocks, slot)
-    sVt = cute.make_tensor(cute.recast_ptr(sK.iterator, sVt_layout.inner), sVt_layout.outer)   # B of P V
-    sO = storage.sO.get_tensor(sO_layout.outer, swizzle=sO_layout.inner)     # (TILE_M, D, Q tile)
+    sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)     # (MMA, 1, k-blocks, stage)
+    sVt = storage.sV.get_tensor(sVt_layout.outer, swizzle=sVt_layout.inner)  # (MMA, 1, k-blocks, stage): B of P V
     q_full, q_empty = storage.q_full.data_ptr(), storage.q_empty.data_ptr()
-    o_epi_full, o_epi_empty = storage.o_epi_full.data_ptr(), storage.o_epi_empty.data_ptr()
-    kv_full, kv_empty = storage.kv_full.data_ptr(), storage.kv_empty.data_ptr()   # slot s: base + s
+    kv_full, kv_empty = storage.kv_full.data_ptr(), storage.kv_empty.data_ptr()   # stage s: base + s
     s_full, p_full, o_full = storage.s_full.data_ptr(), storage.p_full.data_ptr(), storage.o_full.data_ptr()
     o_ready, tmem_free = storage.o_ready.data_ptr(), storage.tmem_free.data_ptr()
     s_scale = storage.s_scale.get_tensor(cute.make_layout(NUM_Q_TILES * TILE_M))    # [g * TILE_M + row]
 
     # One thread of each CTA initializes its mbarriers, the same in both (only the leader's
     # q_full, kv_full, p_full and o_ready will be used). Arrival counts: one for those completed
-    # by an expect-tx arrive or a tcgen05.commit (and for o_epi_empty: one epilogue thread); for
-    # p_full and o_ready the softmax and the correction threads of both CTAs; for o_epi_full the
-    # 128 softmax threads of Q tile g in this CTA; 32 for tmem_free (the other CTA's MMA warp).
+    # by an expect-tx arrive or a tcgen05.commit; for p_full and o_ready the softmax and the
+    # correction threads of both CTAs; 32 for tmem_free (the other CTA's MMA warp).
     if warp_idx == MMA_WARP:
         with cute.arch.elect_one():
-            for bar in (q_full, q_empty):
+            for bar in (q_full, q_empty, o_full):
                 cute.arch.mbarrier_init(bar, 1)
-            for slot in cutlass.range_constexpr(KV_SLOTS):
-                cute.arch.mbarrier_init(kv_full + slot, 1)
-                cute.arch.mbarrier_init(kv_empty + slot, KV_EMPTY_ARRIVALS)
+            for stage in cutlass.range_constexpr(NUM_STAGES):
+                cute.arch.mbarrier_init(kv_full + stage, 1)
+                cute.arch.mbarrier_init(kv_empty + stage, KV_EMPTY_ARRIVALS)
             for g in cutlass.range_constexpr(NUM_Q_TILES):
                 cute.arch.mbarrier_init(s_full + g, 1)
                 cute.arch.mbarrier_init(p_full + g, P_FULL_ARRIVALS)
                 cute.arch.mbarrier_init(o_ready + g, O_READY_ARRIVALS)
-                cute.arch.mbarrier_init(o_full + g, 1)
-                cute.arch.mbarrier_init(o_epi_full + g, O_EPI_FULL_ARRIVALS)
-                cute.arch.mbarrier_init(o_epi_empty + g, O_EPI_EMPTY_ARRIVALS)
             cute.arch.mbarrier_init(tmem_free, TMEM_FREE_ARRIVALS)
     # barrier (cluster): the other CTA's barriers are initialised before anyone arrives on them
     # remotely, its TMA bytes land on them, or its MMA warp allocates TMEM with ours. The fence
@@ -474,16 +410,15 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     tStS = [cute.make_tensor(tmem_base + TMEM_S_COL[g], tStS.layout) for g in range(NUM_Q_TILES)]
     tOtO = [cute.make_tensor(tmem_base + TMEM_O_COL[g], tOtO.layout) for g in range(NUM_Q_TILES)]
 
-    # The fourth warpgroup (the MMA, load and epilogue warps, warp 15) gives registers back: one
+    # The fourth warpgroup (the MMA and load warps, warps 14-15) gives registers back: one
     # setmaxnreg, which every warp of a warpgroup must execute, before its warps part ways. The
     # other warpgroups take theirs below, right before their roles.
     if warp_idx >= MMA_WARP:
         cute.arch.setmaxregister_decrease(OTHER_REGISTERS)
 
     if warp_idx == LOAD_WARP:
-        load_warp(tma_Q, tma_K, tma_V, sQ, sK, sVt, tma_mQ, tma_mK, tma_mVt, tma_mO, thr_mma, thr_mma_pv,
-                  q_full, q_empty, kv_full, kv_empty, cluster, n_clusters, m_blocks, heads, n_tiles, n_blocks,
-                  cta_rank, leader)
+        load_warp(tma_Q, tma_K, tma_V, sQ, sK, sVt, tma_mQ, tma_mK, tma_mVt, thr_mma, thr_mma_pv, q_full, q_empty,
+                  kv_full, kv_empty, cluster, n_clusters, m_blocks, heads, n_tiles, n_blocks, cta_rank, leader)
     elif warp_idx == MMA_WARP and cta_rank == leader:
         mma_warp(tiled_mma, tiled_mma_pv, sQ, sK, sVt, tStS, tOtO, tP_layout, tmem_base, storage.tmem_base,
                  q_full, q_empty, kv_full, kv_empty, s_full, p_full, o_ready, o_full, n_tiles, n_blocks)
@@ -491,25 +426,24 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
         # The peer's MMA warp issues no MMAs: the leader's issues every MMA of the pair; this one
         # allocated TMEM with it and frees it with it below.
         pass
-    elif warp_idx == EPILOGUE_WARP:
-        epilogue_warp(tma_O, sO, tma_mQ, tma_mK, tma_mVt, tma_mO, o_epi_full, o_epi_empty,
-                      cluster, n_clusters, m_blocks, heads, n_tiles, cta_rank)
-    elif warp_idx > EPILOGUE_WARP:
-        # Warp 15 has no role: it completes the fourth warpgroup (its setmaxnreg above); it waits at
-        # the exit barrier.
+    elif warp_idx > LOAD_WARP:
+        # Warps 14-15 have no role: they complete the fourth warpgroup (its setmaxnreg above); they
+        # wait at the exit barrier.
         pass
     elif warp_idx >= CORRECTION_WARP:
         cute.arch.setmaxregister_decrease(CORRECTION_REGISTERS)
         correction_warpgroup(tOtO, s_scale, o_ready, n_tiles, n_blocks, leader)
     else:
         cute.arch.setmaxregister_increase(SOFTMAX_REGISTERS)
-        softmax_warpgroup(tStS, tOtO, sO, s_scale, s_full, p_full, o_full, softmax_scale, o_epi_full, o_epi_empty,
-                          n_tiles, n_blocks, leader)
+        softmax_warpgroup(tStS, tOtO, mO, s_scale, s_full, p_full, o_full, softmax_scale,
+                          cluster, n_clusters, m_blocks, heads, n_tiles, n_blocks, cta_rank, leader)
 
     # Free TMEM: every softmax and correction thread's TMEM loads and stores are complete (their
     # wait::ld / wait::st above), fenced before the barrier all 512 threads of this CTA reach at
-    # the end. The pair frees its TMEM together (tcgen05.dealloc.cta_group::2), so each MMA warp
-    # first tells the other CTA that this one is done with it and waits for the same news.
+    # the end. Every MMA of the pair is complete too: each CTA's softmax waited on o_full of the
+    # last work tile, whose commit follows the leader's last MMA (a cluster with no work tile
+    # issued none). The pair frees its TMEM together (tcgen05.dealloc.cta_group::2), so each MMA
+    # warp first tells the other CTA that this one is done with it and waits for the same news.
     tcgen05_fence_before_thread_sync()
     cute.arch.sync_threads()
     if warp_idx == MMA_WARP:
@@ -530,76 +464,84 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
 @cute.jit
 def load_warp(tma_Q: cute.CopyAtom, tma_K: cute.CopyAtom, tma_V: cute.CopyAtom,
               sQ: cute.Tensor, sK: cute.Tensor, sVt: cute.Tensor,
-              tma_mQ: cute.Tensor, tma_mK: cute.Tensor, tma_mVt: cute.Tensor, tma_mO: cute.Tensor,
-              thr_mma, thr_mma_pv, q_full, q_empty, kv_full, kv_empty,
-              cluster, n_clusters, m_blocks, heads, n_tiles, n_blocks, cta_rank, leader):
-    """TMA producer, in both CTAs, per work tile: K_0, then both Q tiles once the previous work tile
-    has freed Q, then the rest of K_j and V_j (this CTA's halves) into the ring's slots."""
+              tma_mQ: cute.Tensor, tma_mK: cute.Tensor, tma_mVt: cute.Tensor, thr_mma, thr_mma_pv,
+              q_full, q_empty, kv_full, kv_empty, cluster, n_clusters, m_blocks, heads, n_tiles, n_blocks,
+              cta_rank, leader):
+    """TMA producer, in both CTAs, per work tile: both Q tiles once the previous work tile has freed
+    Q, then K_j and V_j (this CTA's halves) into stage j % NUM_STAGES of the K/V ring (j counted
+    over all of the CTA's work tiles), on the leader's kv_full."""
     dtype = sQ.element_type
     # In both CTAs: this CTA's part of every tile, into its own smem. TMA partitions: each
-    # smem tile (one Q tile, one ring slot) is one TMA destination; the global side keeps the
+    # smem tile (one Q tile, one ring stage of K or V) is one TMA destination; the global side keeps the
     # tile index. The MMA's slice picks this CTA's rows of Q and its halves of K and V.
     def tma_partition(atom, smem_tile, gmem_part):
         return cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(smem_tile, 0, 3),
                                      cute.group_modes(gmem_part, 0, 3))
-    # The leader's expect-tx counts the pair's bytes: its own part and the peer's, whose
-    # cta_group::2 copies complete on the leader's barrier (the peer's own is never used).
-    q_bytes = CLUSTER_CTAS * cute.size_in_bytes(dtype, sQ.layout)      # both Q tiles, both CTAs
-    slot_bytes = CLUSTER_CTAS * cute.size_in_bytes(dtype, cute.select(sK.layout, mode=[0, 1, 2]))
     for tile_iter in range(n_tiles):
+        # The work tile's (batch, head) as TMA coordinates (b13's, per work tile): gQ (MMA_M, D,
+        # 256-row tiles of the sequence; the cluster's Q tile g is tile 2 m + g), gK (TILE_N, D,
+        # n_blocks), gVt (D, TILE_N, n_blocks).
         m_block, head, batch = tile_coords(cluster + tile_iter * n_clusters, m_blocks, heads)
-        gQ, gK, gVt, _ = tile_views(tma_mQ, tma_mK, tma_mVt, tma_mO, head, batch)
+        gQ = cute.local_tile(tma_mQ[None, None, head, batch], (MMA_M, HEAD_DIM), (None, 0))
+        gK = cute.local_tile(tma_mK[None, None, head, batch], (TILE_N, HEAD_DIM), (None, 0))
+        gVt = cute.local_tile(tma_mVt[None, None, head, batch], (HEAD_DIM, TILE_N), (0, None))
         tQsQ, tQgQ = tma_partition(tma_Q, sQ, thr_mma.partition_A(gQ))
         tKsK, tKgK = tma_partition(tma_K, sK, thr_mma.partition_B(gK))
         tVsV, tVgV = tma_partition(tma_V, sVt, thr_mma_pv.partition_B(gVt))
+        # The leader's expect-tx counts the pair's bytes: its own part and the peer's, whose
+        # cta_group::2 copies complete on the leader's barrier (the peer's own is never used).
+        q_bytes = CLUSTER_CTAS * cute.size_in_bytes(dtype, sQ.layout)      # both Q tiles, both CTAs
+        # expect-tx counts one stage's bytes of the pair: both CTAs' K and V halves.
+        kv_bytes = CLUSTER_CTAS * (cute.size_in_bytes(dtype, cute.select(sK.layout, mode=[0, 1, 2]))
+                                   + cute.size_in_bytes(dtype, cute.select(sVt.layout, mode=[0, 1, 2])))
+        # wait: sQ is free: the previous work tile's last S MMAs (which read both CTAs' Q) are
+        # done. Pairs with the leader's tcgen05.commit on q_empty (its arrive, multicast to both
+        # CTAs) after that tile's last S: one phase per work tile, the previous one's, parity
+        # (i % 2) ^ 1; the first work tile's passes at once (the fresh barrier's previous phase).
+        # The MMA warp cannot run a tile ahead of it: work tile i + 1's S MMAs wait on q_full,
+        # which only the Q copies below complete, so q_empty's phases and these waits alternate.
+        cute.arch.mbarrier_wait(q_empty, (tile_iter % 2) ^ 1)
+        # Both Q tiles of the work tile (cute.copy of a TMA atom elects its own issuing thread, so
+        # it sits outside elect_one; only the expect-tx arrive is inside).
+        if cta_rank == leader:
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(q_full, q_bytes)
+        for g in cutlass.range_constexpr(NUM_Q_TILES):
+            cute.copy(tma_Q, tQgQ[None, NUM_Q_TILES * m_block + g], tQsQ[None, g], tma_bar_ptr=q_full)
         first = tile_iter * n_blocks          # K/V tiles of the earlier work tiles: the ring runs on
         for n_block in range(n_blocks):
-            # K_j, then V_j, each into the next slot of the ring.
-            for kv in cutlass.range_constexpr(2):
-                slot, parity = ring_position(2 * (first + n_block) + kv)
-                # wait: slot s is free in this CTA. Pairs with the leader's tcgen05.commit (its
-                # arrive, multicast to both CTAs) on kv_empty[s] after the last MMA that read the
-                # slot's previous round: parity ^ 1. In round 0 the fresh barrier's "previous
-                # phase" (parity 1) counts as complete, so the load warp fills every slot at once.
-                # timeline: slot wait begin
-                cute.arch.mbarrier_wait(kv_empty + slot, parity ^ 1)
-                # timeline: slot wait end
-                if cta_rank == leader:
-                    with cute.arch.elect_one():
-                        cute.arch.mbarrier_arrive_and_expect_tx(kv_full + slot, slot_bytes)
-                if kv == 0:
-                    cute.copy(tma_K, tKgK[None, n_block], tKsK[None, slot], tma_bar_ptr=kv_full + slot)
-                else:
-                    cute.copy(tma_V, tVgV[None, n_block], tVsV[None, slot], tma_bar_ptr=kv_full + slot)
-                if n_block == 0 and kv == 0:
-                    # After K_0 (FA4's order: it lands while the Q buffer drains), this tile's Q.
-                    # wait: the previous work tile's last S MMA has read Q. Pairs with the
-                    # leader's tcgen05.commit (its arrive, multicast) on q_empty: one phase per
-                    # work tile, the previous one's, parity (i % 2) ^ 1 (the first passes at once).
-                    cute.arch.mbarrier_wait(q_empty, (tile_iter % 2) ^ 1)
-                    if cta_rank == leader:
-                        with cute.arch.elect_one():
-                            cute.arch.mbarrier_arrive_and_expect_tx(q_full, q_bytes)
-                    for g in cutlass.range_constexpr(NUM_Q_TILES):
-                        cute.copy(tma_Q, tQgQ[None, NUM_Q_TILES * m_block + g], tQsQ[None, g],
-                                  tma_bar_ptr=q_full)
+            # Tile j goes to stage s = j % NUM_STAGES, in round j // NUM_STAGES of that stage
+            # (j = first + n_block: the ring runs on across work tiles).
+            stage, parity = ring_position(first + n_block)
+            # wait: stage s is free in this CTA. Pairs with the leader's tcgen05.commit (its arrive,
+            # multicast to both CTAs) on kv_empty[s] after the P V MMAs of tile j - NUM_STAGES, the
+            # previous round: parity ^ 1. In round 0 the fresh barrier's "previous phase" (parity
+            # 1) counts as complete, so the load warp fills every stage without waiting.
+            # timeline: slot wait begin
+            cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
+            # timeline: slot wait end
+            if cta_rank == leader:
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_arrive_and_expect_tx(kv_full + stage, kv_bytes)
+            cute.copy(tma_K, tKgK[None, n_block], tKsK[None, stage], tma_bar_ptr=kv_full + stage)
+            cute.copy(tma_V, tVgV[None, n_block], tVsV[None, stage], tma_bar_ptr=kv_full + stage)
     # Producer tail: drain the ring and Q before the exit barrier. The kv_empty and q_empty
     # arrives come from the leader's commits, not from a thread, so no thread's exit orders
     # them: without these waits one could land after the CTA has exited, in shared memory that
-    # already belongs to the next CTA. Positions 2 N .. 2 N + KV_SLOTS - 1 (N: all K/V tiles of
-    # all work tiles) are the next round of each slot, so their waits are each slot's last phase.
-    total = n_tiles * n_blocks
-    for i in cutlass.range_constexpr(KV_SLOTS):
-        slot, parity = ring_position(2 * total + i)
-        # wait: the last MMAs that read slot s are done. Pairs with the leader's last
-        # tcgen05.commit (its arrive) on kv_empty[s]: parity ^ 1, as in the loop; a slot no
-        # position used (2 N < KV_SLOTS) passes at once, as in round 0.
-        cute.arch.mbarrier_wait(kv_empty + slot, parity ^ 1)
+    # already belongs to the next CTA. Positions N .. N + NUM_STAGES - 1 (N = n_tiles n_blocks,
+    # all K/V tiles of all work tiles) are the next round of each stage, so their waits are each
+    # stage's last phase.
+    for i in cutlass.range_constexpr(NUM_STAGES):
+        stage, parity = ring_position(n_tiles * n_blocks + i)
+        # wait: the last MMAs that read stage s are done. Pairs with the leader's last
+        # tcgen05.commit (its arrive) on kv_empty[s]: parity ^ 1, as in the loop; a stage no
+        # tile used (N < NUM_STAGES) passes at once, as in round 0.
+        cute.arch.mbarrier_wait(kv_empty + stage, parity ^ 1)
     # wait: the last work tile's last S has read Q. Pairs with the leader's last commit (its
-    # arrive) on q_empty: work tile n_tiles - 1's phase, parity (n_tiles - 1) % 2, the next
-    # tile's wait parity; with no work tile, the fresh barrier's previous phase passes at once.
+    # arrive) on q_empty: work tile n_tiles - 1's phase, parity (n_tiles - 1) % 2, the parity a
+    # next tile would wait with; with no work tile, the fresh barrier's previous phase passes at
+    # once.
     cute.arch.mbarrier_wait(q_empty, (n_tiles % 2) ^ 1)
-
 
 @cute.jit
 def mma_warp(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Tensor, sK: cute.Tensor,
@@ -612,7 +554,7 @@ def mma_warp(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
     # Every MMA below covers both CTAs: rows 0-127 from this CTA's smem and TMEM, rows
     # 128-255 from the peer's, B's two halves one from each. The peer's MMA warp only
     # allocates and frees TMEM with this one.
-    # Smem operands as UMMA descriptors, one per 16-wide k-block (and Q tile or ring slot);
+    # Smem operands as UMMA descriptors, one per 16-wide k-block (and Q tile or ring stage);
     # the layouts are already split per CTA, so the fragments are the MMA's operands as they
     # are. P from TMEM.
     tSrQ = tiled_mma.make_fragment_A(sQ)
@@ -635,68 +577,65 @@ def mma_warp(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
         cute.arch.mbarrier_wait(q_full, tile_iter % 2)
 
         # Prologue: S_0(0) and S_1(0), so that both softmax warpgroups have a tile to start on.
-        # They overwrite S/P of the previous work tile's last P V, issued just before: issue
-        # order protects it, as inside the loop.
-        k_slot, k_parity = ring_position(k_position(first))
-        # wait: K_0's halves landed in slot k (here and in the peer). Pairs with the load warp's
-        # expect-tx arrive (and both CTAs' TMA bytes) on kv_full[k]: the round's parity.
+        # S_g(0) overwrites S_g/P_g of the previous work tile: its last P_g V reads P_g there,
+        # issued just before (issue order protects it, as inside the loop), and both CTAs'
+        # softmax g are done reading its S_g and writing its P_g (that P V waited on their
+        # p_full[g] arrives, which follow their tcgen05.wait::ld / wait::st and a tcgen05 fence).
+        stage, parity = ring_position(first)
+        # wait: K_0, V_0 (both CTAs' halves) landed in stage s. Pairs with the load warp's
+        # expect-tx arrive (and both CTAs' TMA bytes) on kv_full[s]: the round's parity.
         # timeline(0): K/V wait begin
-        cute.arch.mbarrier_wait(kv_full + k_slot, k_parity)
+        cute.arch.mbarrier_wait(kv_full + stage, parity)
         # timeline(0): K/V wait end
         tcgen05_fence_after_thread_sync()
         for g in cutlass.range_constexpr(NUM_Q_TILES):
             # timeline(0): S{g} begin
             for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                 tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
-                cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, k_slot], tStS[g])
+                cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, stage], tStS[g])
             with cute.arch.elect_one():
                 tcgen05.commit(s_full + g, PAIR_MASK, tcgen05.CtaGroup.TWO)
             # timeline(0): S{g} end
-        # K_0's slot is free once both S MMAs complete: tell both CTAs' load warps.
-        with cute.arch.elect_one():
-            tcgen05.commit(kv_empty + k_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
-        if n_blocks == 1:
-            # The work tile's last S is issued: Q is free once it completes (both CTAs' load
-            # warps may bring the next work tile's Q).
-            with cute.arch.elect_one():
-                tcgen05.commit(q_empty, PAIR_MASK, tcgen05.CtaGroup.TWO)
 
         # Steady state, iteration j: P_0 V(j-1) -> S_0(j) -> P_1 V(j-1) -> S_1(j), as b13; the
         # barrier phases count K/V tiles across work tiles (first + j).
         for n_block in range(1, n_blocks):
-            v_slot, v_parity = ring_position(v_position(first + n_block - 1))
-            k_slot, k_parity = ring_position(k_position(first + n_block))
+            prev_stage, _ = ring_position(first + n_block - 1)
+            stage, parity = ring_position(first + n_block)
             for g in cutlass.range_constexpr(NUM_Q_TILES):
                 # wait: P_g of tile j-1 in TMEM, in both CTAs. Pairs with the arrives of the 256
                 # softmax threads of Q tile g (128 per CTA, the peer's remote) on p_full[g]: one
-                # phase per K/V tile, parity (first + j - 1) % 2.
+                # phase per K/V tile, parity (first + j - 1) % 2. At a work tile's first P_g V
+                # (j = 1, no accumulate: it overwrites O_g) this wait is also what orders the
+                # overwrite after both CTAs' softmax g have drained the previous work tile's O_g:
+                # they arrive for K/V tile 0 only after that drain's tcgen05.ld completed
+                # (wait::ld) and a tcgen05 fence. (The correction warps leave O_g alone at K/V
+                # tile 0; with n_blocks = 1 the tail's P V is the first, under the same wait.)
                 # timeline(n_block - 1): P{g} wait begin
                 cute.arch.mbarrier_wait(p_full + g, (first + n_block - 1) % 2)
                 # wait: O_g rescaled to tile j-1's max (or left alone), in both CTAs. Pairs with
                 # the arrives of the 256 correction threads on o_ready[g]: the same parity.
                 cute.arch.mbarrier_wait(o_ready + g, (first + n_block - 1) % 2)
-                if g == 0:
-                    # wait: V_{j-1}'s halves landed in slot v. Pairs with the load warp's
-                    # expect-tx arrive (and both CTAs' bytes) on kv_full[v]: the round's parity.
-                    cute.arch.mbarrier_wait(kv_full + v_slot, v_parity)
                 # timeline(n_block - 1): P{g} wait end
                 tcgen05_fence_after_thread_sync()
                 # timeline(n_block - 1): O{g} begin
                 for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
                     tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_block > 1 or kb != 0)
-                    cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, v_slot],
+                    cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, prev_stage],
                               tOtO[g])
                 # timeline(n_block - 1): O{g} end
                 if g == NUM_Q_TILES - 1:
-                    # V_{j-1}'s last MMAs are issued: slot v is free once they complete.
+                    # Tile j-1's last MMAs are issued: stage s_{j-1} (K_{j-1}, V_{j-1}) is free once
+                    # they complete. Tell both CTAs' load warps.
                     with cute.arch.elect_one():
-                        tcgen05.commit(kv_empty + v_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
+                        tcgen05.commit(kv_empty + prev_stage, PAIR_MASK, tcgen05.CtaGroup.TWO)
                 if g == 0:
-                    # wait: K_j's halves landed in slot k. Pairs with the load warp's expect-tx
-                    # arrive (and both CTAs' bytes) on kv_full[k]: the round's parity. Taken after
-                    # P_0 V(j-1) is issued, so that MMA does not wait for the load.
+                    # wait: K_j, V_j (both CTAs' halves) landed in stage s. Pairs with the load
+                    # warp's expect-tx arrive (and both CTAs' bytes) on kv_full[s]: one phase per
+                    # round, the round's parity. Taken after P_0 V(j-1) is issued, so that MMA
+                    # does not wait for the load.
                     # timeline: K/V wait begin
-                    cute.arch.mbarrier_wait(kv_full + k_slot, k_parity)
+                    cute.arch.mbarrier_wait(kv_full + stage, parity)
                     # timeline: K/V wait end
                     tcgen05_fence_after_thread_sync()
                 # S_g(j) = Q_g K_j^T overwrites the columns P_g V(j-1), issued just before, reads
@@ -706,51 +645,45 @@ def mma_warp(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
                 # timeline: S{g} begin
                 for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                     tiled_mma.set(tcgen05.Field.ACCUMULATE, kb != 0)
-                    cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, k_slot], tStS[g])
+                    cute.gemm(tiled_mma, tStS[g], tSrQ[None, None, kb, g], tSrK[None, None, kb, stage], tStS[g])
                 with cute.arch.elect_one():
                     tcgen05.commit(s_full + g, PAIR_MASK, tcgen05.CtaGroup.TWO)
                 # timeline: S{g} end
-                if g == NUM_Q_TILES - 1:
-                    # K_j's last MMAs are issued: slot k is free once they complete.
-                    with cute.arch.elect_one():
-                        tcgen05.commit(kv_empty + k_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
-                    if n_block == n_blocks - 1:
-                        # The work tile's last S is issued: Q is free once it completes.
-                        with cute.arch.elect_one():
-                            tcgen05.commit(q_empty, PAIR_MASK, tcgen05.CtaGroup.TWO)
+        # The work tile's last S MMAs are issued (in the loop, or in the prologue when n_blocks
+        # is 1): sQ is free once they complete. Tell both CTAs' load warps (each overwrites its
+        # own Q); the commit lands right after S_1(n-1), before the tail's P V.
+        with cute.arch.elect_one():
+            tcgen05.commit(q_empty, PAIR_MASK, tcgen05.CtaGroup.TWO)
 
         # Tail: the work tile's last P V for both Q tiles.
-        last = first + n_blocks - 1
-        v_slot, v_parity = ring_position(v_position(last))
+        last_stage, _ = ring_position(first + n_blocks - 1)
         for g in cutlass.range_constexpr(NUM_Q_TILES):
-            # wait: P_g of the last K/V tile in TMEM, in both CTAs (p_full[g], parity last % 2).
-            # Pairs with the 256 softmax threads' arrives.
+            # wait: P_g of the work tile's last K/V tile in TMEM, in both CTAs. Pairs with the 256
+            # softmax threads' arrives on p_full[g]: that K/V tile's phase, parity
+            # (first + n_blocks - 1) % 2.
             # timeline(n_blocks - 1): P{g} wait begin
-            cute.arch.mbarrier_wait(p_full + g, last % 2)
+            cute.arch.mbarrier_wait(p_full + g, (first + n_blocks - 1) % 2)
             # wait: O_g rescaled for the last K/V tile. Pairs with the 256 correction threads'
-            # arrives on o_ready[g]: parity last % 2.
-            cute.arch.mbarrier_wait(o_ready + g, last % 2)
-            if g == 0:
-                # wait: the last V's halves landed in slot v. Pairs with the load warp's expect-tx
-                # arrive (and both CTAs' bytes) on kv_full[v]: the round's parity.
-                cute.arch.mbarrier_wait(kv_full + v_slot, v_parity)
+            # arrives on o_ready[g]: the same parity.
+            cute.arch.mbarrier_wait(o_ready + g, (first + n_blocks - 1) % 2)
             # timeline(n_blocks - 1): P{g} wait end
             tcgen05_fence_after_thread_sync()
             # timeline(n_blocks - 1): O{g} begin
             for kb in cutlass.range_constexpr(cute.size(tOrP[0], mode=[2])):
                 tiled_mma_pv.set(tcgen05.Field.ACCUMULATE, n_blocks > 1 or kb != 0)
-                cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, v_slot],
+                cute.gemm(tiled_mma_pv, tOtO[g], tOrP[g][None, None, kb], tOrVt[None, None, kb, last_stage],
                           tOtO[g])
             # timeline(n_blocks - 1): O{g} end
-            # O_g is final once these MMAs complete: softmax g may drain it while P_1 V runs
-            # (one commit per Q tile, as FA4's per-stage o_acc). The next work tile's first
-            # P_g V (no accumulate) overwrites O_g: it waits for p_full of that tile, which
-            # softmax g arrives only after it has drained O_g (below).
-            with cute.arch.elect_one():
-                tcgen05.commit(o_full + g, PAIR_MASK, tcgen05.CtaGroup.TWO)
-        # The last V slot is free once the last MMAs complete: tell both CTAs' load warps.
+        # The last stage is free, and O final, once these MMAs complete: tell both CTAs' load
+        # warps and softmax warpgroups (o_full: one phase per work tile, as b13's one). The next
+        # work tile's S_0(0), S_1(0) may follow at once (they overwrite S/P, which these P V read:
+        # issue order, as within a tile); its first P_g V, which overwrites O_g (no accumulate),
+        # waits on p_full[g] of that tile's first K/V tile, which both CTAs' softmax g arrive on
+        # only after draining this tile's O_g (see the softmax).
         with cute.arch.elect_one():
-            tcgen05.commit(kv_empty + v_slot, PAIR_MASK, tcgen05.CtaGroup.TWO)
+            tcgen05.commit(kv_empty + last_stage, PAIR_MASK, tcgen05.CtaGroup.TWO)
+        with cute.arch.elect_one():
+            tcgen05.commit(o_full, PAIR_MASK, tcgen05.CtaGroup.TWO)
 
 
 @cute.jit
@@ -790,8 +723,11 @@ def correction_warpgroup(tOtO, s_scale, o_ready, n_tiles, n_blocks, leader):
                 tcgen05_fence_after_thread_sync()
                 scale = s_scale[g * TILE_M + row]
                 # timeline: correction begin
-                # A work tile's first K/V tile: its P V overwrites O_g (the previous work tile's
-                # O, which softmax g has drained before the arrive this bar.sync pairs with).
+                # A work tile's first K/V tile: O_g is left alone. It may still hold the previous
+                # work tile's O, which softmax g is draining; the first P_g V overwrites it (no
+                # accumulate) once both CTAs' softmax g have drained it (their p_full arrives,
+                # see the MMA warp). From K/V tile 1 on, O_g holds this work tile's P V, complete
+                # (the s_full argument above), so the rescale below never meets the drain.
                 if n_block > 0:
                     # Rescale this warp's 32 rows of O_g only if one of them needs it (a factor
                     # below 1: its max moved); rows with factor 1 are multiplied by 1.
@@ -813,13 +749,13 @@ def correction_warpgroup(tOtO, s_scale, o_ready, n_tiles, n_blocks, leader):
 
 
 @cute.jit
-def softmax_warpgroup(tStS, tOtO, sO: cute.Tensor, s_scale, s_full, p_full, o_full, softmax_scale: cutlass.Float32,
-                      o_epi_full, o_epi_empty, n_tiles, n_blocks, leader):
+def softmax_warpgroup(tStS, tOtO, mO, s_scale, s_full, p_full, o_full, softmax_scale: cutlass.Float32,
+                      cluster, n_clusters, m_blocks, heads, n_tiles, n_blocks, cta_rank, leader):
     """Softmax warpgroup g (warps 4g .. 4g+3), per work tile: P_g from S_g in TMEM, O_g's factor for
-    the correction warps, O_g / rowsum into sO[g] for the epilogue warp."""
+    the correction warps, the epilogue."""
     tidx, _, _ = cute.arch.thread_idx()
     warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-    dtype = sO.element_type
+    dtype = mO.element_type
     # Warps 4g .. 4g+3 run the softmax of Q tile g; thread `row` owns row (= TMEM lane) `row`
     # of S_g, P_g and O_g. Warp w touches lanes 32 (w % 4) .. +31: its own quarter.
     q_tile = warp_idx // 4
@@ -850,10 +786,8 @@ def softmax_warpgroup(tStS, tOtO, sO: cute.Tensor, s_scale, s_full, p_full, o_fu
     r_p = cute.make_tensor(cute.recast_ptr(r_p_cols.iterator, dtype=dtype), r_chunk.layout)
     num_chunks_S, num_chunks_O = TILE_N // TMEM_CHUNK, HEAD_DIM // TMEM_CHUNK
     # The whole row of S_g (TILE_N fp32 values) in registers, loaded in TMEM_CHUNK-column pieces
-    # (4 x tcgen05.ld.32x32b.x32, as FA4): with 512 threads the launch allows 128 registers,
-    # and ptxas compiles every instruction within that, setmaxnreg or not; b11's single x128
-    # load would need more than 128 in one instruction. r_S[c] views chunk c, the piece the
-    # P stores and the sums work on.
+    # (num_chunks_S = 8 tcgen05.ld.32x32b.x16, all issued before one wait), as in b11. r_S[c]
+    # views chunk c, the piece the loads fill and the P stores and the sums work on.
     S_chunk0 = cute.composition(tStS[0][(None, None), 0, 0], cute.make_layout((TILE_M, TMEM_CHUNK)))
     load_s, _ = make_row_copies(S_chunk0, TMEM_CHUNK)
     thr_load_s = load_s.get_slice(row)
@@ -881,17 +815,18 @@ def softmax_warpgroup(tStS, tOtO, sO: cute.Tensor, s_scale, s_full, p_full, o_fu
             tcgen05_fence_after_thread_sync()
 
             # Online softmax on this thread's row; the row is whole in one thread, so no shuffles.
-            # S is read from TMEM once: all TILE_N columns of the row into registers (4 loads, one
-            # wait), then the row max, then the exponentials in place.
+            # S is read from TMEM once: all TILE_N columns of the row into registers (8 loads of
+            # TMEM_CHUNK columns, one wait), then the row max, then the exponentials in place.
             for c in cutlass.range_constexpr(num_chunks_S):
                 cute.copy(thr_load_s, chunk(tS_ld, c), r_S[c])
             cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld: r_S is valid
             m_new = row_max
             for c in cutlass.range_constexpr(num_chunks_S):
                 m_new = cute.arch.fmax(r_S[c].load().reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0), m_new)
-            # Conditional rescaling: the max moves only if it grows by more than RESCALE_THRESHOLD
-            # in log2 units; otherwise the old max stays (P up to 2^8 this tile) and O's factor is
-            # 1. The first tile has m_old = -inf: the max moves, factor 2^-inf = 0 (unused).
+            # The max moves only if it grows by more than RESCALE_THRESHOLD in log2 units (0: if
+            # it grows at all; moved_log2 <= 0 always, and is 0 exactly when the max stayed);
+            # otherwise the old max stays (P up to 2^RESCALE_THRESHOLD this tile) and O's factor
+            # is exactly 1. The first tile has m_old = -inf: the max moves, factor 2^-inf = 0 (unused).
             moved_log2 = (row_max - m_new) * scale_log2
             rescale = cute.math.exp2(moved_log2, fastmath=True)
             if moved_log2 >= -RESCALE_THRESHOLD:
@@ -932,71 +867,37 @@ def softmax_warpgroup(tStS, tOtO, sO: cute.Tensor, s_scale, s_full, p_full, o_fu
             cute.arch.fence_view_async_tmem_store()      # tcgen05.wait::st: P in TMEM
             # arrive: P_g written (the leader's p_full[g], this tile's phase; its MMA warp's wait
             # pairs with it; the peer's threads arrive remotely). The tcgen05 fence orders our TMEM
-            # stores before the arrive.
+            # stores before the arrive, and every earlier TMEM load too: at a work tile's first
+            # K/V tile that includes the previous work tile's O_g drain (below, completed by its
+            # wait::ld), which is what lets the first P_g V of this work tile overwrite O_g.
             tcgen05_fence_before_thread_sync()
             # timeline: softmax end
             cute.arch.mbarrier_arrive(p_full + q_tile, leader)
 
-        # wait: O_g is final. Pairs with the leader's MMA warp's tcgen05.commit (its arrive,
-        # multicast to both CTAs' o_full[g]) after the work tile's last P_g V MMAs: one phase
-        # per work tile, parity i % 2.
-        cute.arch.mbarrier_wait(o_full + q_tile, tile_iter % 2)
+        # wait: O is final for this work tile. Pairs with the leader's MMA warp's tcgen05.commit
+        # (its arrive, multicast to both CTAs' o_full) after the work tile's last P V MMAs: one
+        # phase per work tile, parity i % 2. Phase i + 1 cannot complete before this wait: its
+        # commit follows the next work tile's last P V, which waits for our p_full arrives of
+        # that work tile, made after this wait.
+        cute.arch.mbarrier_wait(o_full, tile_iter % 2)
         tcgen05_fence_after_thread_sync()
-        # wait: sO[g] is free: the TMA store of the previous work tile's O_g has read it. Pairs
-        # with the epilogue warp's arrive on o_epi_empty[g]: parity (i % 2) ^ 1 (the first work
-        # tile's passes at once).
-        cute.arch.mbarrier_wait(o_epi_empty + q_tile, (tile_iter % 2) ^ 1)
-        # O / rowsum, chunk by chunk from TMEM, to bf16, into this thread's row of sO[g]. The
-        # row's 16 swizzled addresses are computed here, from an opaque copy of the row index:
-        # otherwise the compiler hoists them out of the work-tile loop, where they stay live
-        # through the softmax (under ptxas 12.9 they spilled; under 13.4 they fit).
-        o_row = opaque_i32(row)
+        # Epilogue: O / rowsum, chunk by chunk from TMEM, to bf16, stored from registers to this
+        # thread's row of global memory, at this work tile's (m_block, head, batch).
+        # (This CTA's rows of Q tile g, addressed only now: an address computed before the loop
+        # stays live through it.)
+        m_block, head, batch = tile_coords(cluster + tile_iter * n_clusters, m_blocks, heads)
+        gO = cute.local_tile(mO[batch, None, head, None], (TILE_M, HEAD_DIM), (None, 0))
+        gO_mine = gO[None, None, o_row_tile(m_block, q_tile, cta_rank)]
         inv_sum = cute.arch.rcp_approx(row_sum)
         for c in cutlass.range_constexpr(num_chunks_O):
             cute.copy(thr_load, chunk(tO_ld, c), r_chunk)
-            cute.arch.fence_view_async_tmem_load()
+            cute.arch.fence_view_async_tmem_load()       # tcgen05.wait::ld: this chunk of O_g is read
             r_chunk_bf16.store((r_chunk.load() * inv_sum).to(dtype))
-            cute.autovec_copy(r_chunk_bf16, row_piece(sO[None, None, q_tile], o_row, c))
-        # fence: this thread's smem writes (generic proxy) become visible to the TMA (async proxy).
-        cute.arch.fence_view_async_shared()
-        # arrive: sO[g] written (o_epi_full[g], this work tile's phase; the epilogue warp's wait
-        # pairs with it). O_g's TMEM reads are complete (wait::ld above) before our next p_full
-        # arrive lets the next work tile's first P V overwrite O_g.
-        cute.arch.mbarrier_arrive(o_epi_full + q_tile)
-
-
-@cute.jit
-def epilogue_warp(tma_O: cute.CopyAtom, sO: cute.Tensor, tma_mQ: cute.Tensor, tma_mK: cute.Tensor,
-                  tma_mVt: cute.Tensor, tma_mO: cute.Tensor, o_epi_full, o_epi_empty,
-                  cluster, n_clusters, m_blocks, heads, n_tiles, cta_rank):
-    """The epilogue warp: per work tile, each Q tile's O from sO to global memory by one TMA store."""
-    # Per work tile and Q tile g: wait until the softmax warpgroup g has written O_g (bf16) to
-    # sO[g], store it with one TMA store, and free sO[g] once the TMA has read it. The stores
-    # of a work tile run while the next work tile's MMAs and softmax do.
-    for tile_iter in range(n_tiles):
-        m_block, head, batch = tile_coords(cluster + tile_iter * n_clusters, m_blocks, heads)
-        _, _, _, gO = tile_views(tma_mQ, tma_mK, tma_mVt, tma_mO, head, batch)
-        tOsO, tOgO = cpasync.tma_partition(tma_O, 0, cute.make_layout(1), cute.group_modes(sO, 0, 2),
-                                           cute.group_modes(gO, 0, 2))
-        for g in cutlass.range_constexpr(NUM_Q_TILES):
-            # wait: sO[g] holds this work tile's O_g. Pairs with the 128 arrives of softmax
-            # warpgroup g on o_epi_full[g] (after their proxy fence): one phase per work tile,
-            # parity i % 2.
-            cute.arch.mbarrier_wait(o_epi_full + g, tile_iter % 2)
-            # The TMA store of this CTA's rows of Q tile g: one copy, two UTMASTG (64-column
-            # boxes of the 128B swizzle); the whole warp executes it, a warp-uniform
-            # instruction (as h14's). One bulk-async group per Q tile.
-            cute.copy(tma_O, tOsO[None, g], tOgO[None, o_row_tile(m_block, g, cta_rank)])
-            cute.arch.cp_async_bulk_commit_group()
-        for g in cutlass.range_constexpr(NUM_Q_TILES):
-            # wait_group.read(1 - g): at most 1 - g groups still reading, so group g has read
-            # sO[g] out (the global writes complete on their own).
-            cute.arch.cp_async_bulk_wait_group(NUM_Q_TILES - 1 - g, read=True)
-            # arrive: sO[g] is free for the next work tile's O_g (o_epi_empty[g]; the softmax's
-            # wait pairs with it). sync_warp first: every lane has passed its wait.
-            cute.arch.sync_warp()
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(o_epi_empty + g)
+            cute.autovec_copy(r_chunk_bf16, row_piece(gO_mine, row, c))
+        # O_g's TMEM is free for the next work tile once every chunk's load has completed (the
+        # wait::ld above): the next work tile's first P_g V overwrites it, and it waits on our
+        # p_full arrive for that tile's first K/V tile, made after the tcgen05 fence that orders
+        # these loads before it (the softmax loop above). No barrier of its own is needed.
 
 
 # ------------------------------------------------------------------------------ step facts
@@ -1004,8 +905,8 @@ def epilogue_warp(tma_O: cute.CopyAtom, sO: cute.Tensor, tma_mQ: cute.Tensor, tm
 INFO = contract.StepInfo(
     id="b14",
     slug="persistent",
-    title="Persistent clusters, epilogue warp",
-    change="148 CTAs (74 pairs) walk the work tiles (m-block fastest, then head, batch), each role's barrier phases and ring positions running on across tiles; O goes through shared memory to one TMA store per Q tile by an epilogue warp",
+    title="Persistent clusters",
+    change="148 CTAs (74 pairs) walk the work tiles (m-block fastest, then head, batch): every role loops over its cluster's tiles, its barrier phases and ring positions running on across them; q_empty lets the load warps refill Q",
     archs=("sm_100a",),
     enabler=False,
     threads=THREADS,
@@ -1014,27 +915,22 @@ INFO = contract.StepInfo(
     smem_bytes=SMEM_BYTES,
     predecessor="b13",
     sass_present=("UTCHMMA", "UTCHMMA.TS", "UTCBAR", "LDTM", "STTM", "UTMALDG", "MUFU.EX2", "FFMA2",
-                  "USETMAXREG", "VOTE", "BAR.ARV", "UTCHMMA.2CTA", "UTCBAR.2CTA", "UTMALDG.2CTA", "UCGABAR",
-                  "UTMASTG"),
-    sass_absent=("HMMA", "HGMMA", "LDSM", "LDG", "LDGSTS", "STG"),
+                  "USETMAXREG", "VOTE", "BAR.ARV", "UTCHMMA.2CTA", "UTCBAR.2CTA", "UTMALDG.2CTA", "UCGABAR"),
+    sass_absent=("HMMA", "HGMMA", "LDSM", "LDG", "LDGSTS"),
     tmem_cols=TMEM_COLS,
     extra={"bound": {"overlap": "pipelined", "loads": "hidden"},
            "tmem_map": {"S0": (TMEM_S_COL[0], TILE_N), "S1": (TMEM_S_COL[1], TILE_N),
                         "O0": (TMEM_O_COL[0], HEAD_DIM), "O1": (TMEM_O_COL[1], HEAD_DIM)},
            "tmem_aliases": {"P0": ("S0", 0, P_COLS), "P1": ("S1", 0, P_COLS)},
-           "q_tiles": NUM_Q_TILES,
            "warp_roles": {"softmax0": tuple(range(0, 4)), "softmax1": tuple(range(4, 8)),
                           "correction": tuple(range(CORRECTION_WARP, CORRECTION_WARP + CORRECTION_WARPS)),
-                          "mma": (MMA_WARP,), "load": (LOAD_WARP,), "epilogue": (EPILOGUE_WARP,),
-                          "idle": (EPILOGUE_WARP + 1,)},
+                          "mma": (MMA_WARP,), "load": (LOAD_WARP,), "idle": (LOAD_WARP + 1, LOAD_WARP + 2)},
            "tmem_warps": tuple(range(CORRECTION_WARP + CORRECTION_WARPS)),
            "registers": {"softmax": SOFTMAX_REGISTERS, "correction": CORRECTION_REGISTERS, "other": OTHER_REGISTERS},
            "rescale_threshold": RESCALE_THRESHOLD,
            "cta_group": CLUSTER_CTAS,
-           "kv_slots": KV_SLOTS,
-           "kv_slot_bytes": 2 * SLOT_ELEMS,
-           "sm_count": SM_COUNT,
-           "spills_at_register_cap": "the warps at 48 registers (MMA, load, epilogue) store and reload some "
+           "kv_stages": NUM_STAGES,
+           "spills_at_register_cap": "the warps at 48 registers (MMA, load) store and reload some "
                                      "of their loops' values in local memory (ptxas 13.4; the writeup's roles "
                                      "block counts them per role); the softmax, at 192, stores nothing",
            "ex2_emulated_per_tile": EX2_EMULATED_PER_TILE},

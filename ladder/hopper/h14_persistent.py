@@ -621,7 +621,7 @@ INFO = contract.StepInfo(
     sass_absent=("HMMA", "LDSM", "LDG", "LDGSTS", "STS", "STG"),
     # softmax_peeled: the first half tile's softmax runs before the loop, a copy of the loop's.
     extra={"bound": {"overlap": "overlapped", "loads": "hidden"}, "softmax_peeled": 1,
-           "kv_stages": NUM_STAGES, "sm_count": SM_COUNT, "pingpong_barriers": (PINGPONG_BARRIER, PINGPONG_BARRIER + 1)},
+           "kv_stages": NUM_STAGES, "pingpong_barriers": (PINGPONG_BARRIER, PINGPONG_BARRIER + 1)},
 )
 
 
