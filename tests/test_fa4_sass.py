@@ -182,19 +182,21 @@ def test_a_row_sum_store_pins_every_exponential_before_the_p_v_wait():
 
 
 def test_h13_and_h14_leave_a_row_max_shuffle_after_the_wait_and_the_max_pin_moves_it_back():
-    """h14's writeup: ptxas 13.4 schedules h13's and h14's loops alike, with one row's max reduction
-    (its two SHFL) after wait_group(0) and the other's before it; a store of the row maxima
+    """h14's writeup: ptxas 13.4 leaves one row's max reduction (its two SHFL) after wait_group(0) in
+    h13 and the other's before it; h14 moves one more shuffle ahead (3 of 4), and with its operands
+    sliced per thread (exp:h14-per-thread-descriptors) it schedules as h13. A store of the row maxima
     (exp:h14-pinned-max) keeps both rows' shuffles ahead of the wait."""
     h13, h14 = _between_the_waits(_sass("h13"), "SHFL"), _between_the_waits(_sass("h14"), "SHFL")
-    assert h13 == h14 == 2
+    assert (h13, h14) == (2, 3)
+    assert _between_the_waits(_sass("exp:h14-per-thread-descriptors"), "SHFL") == 2
     assert _between_the_waits(_sass("exp:h14-pinned-max"), "SHFL") == 4       # 2 rows x 2 butterfly steps
 
 
-def test_fa4_builds_its_wgmma_descriptors_in_uniform_registers_and_h14_does_not(fa4):
-    """h14's writeup, where the gap to FA4 goes: per K/V tile, h14's loop moves each HGMMA's smem
-    descriptor from a per-thread register (R2UR, one per HGMMA) because its operand fragments are
-    sliced by thread; FA4 slices them by the warpgroup's first thread, a warp-uniform value, and so
-    does exp:h14-uniform-descriptors."""
+def test_h14_builds_its_wgmma_descriptors_in_uniform_registers_as_fa4(fa4):
+    """h02's writeup: the operand fragments are sliced by the warpgroup's first thread, a
+    warp-uniform value, as FA4 slices them, so no HGMMA of h14's K/V loop waits for an R2UR;
+    exp:h14-per-thread-descriptors (sliced by thread, as the ladder did before) moves each HGMMA's
+    descriptor from a per-thread register first (one R2UR per HGMMA) and runs a longer loop."""
     def loop_ops(text):
         loop, _, notes = sb.kv_loop(text, elements=64, rows=2)
         assert loop is not None, notes
@@ -204,7 +206,7 @@ def test_fa4_builds_its_wgmma_descriptors_in_uniform_registers_and_h14_does_not(
         return sum(op.startswith(prefix) for op in ops)
 
     ours, theirs = loop_ops(_sass("h14")), loop_ops(fa4.compile_fa4("sm_90a").sass.text)
-    uniform = loop_ops(_sass("exp:h14-uniform-descriptors"))
-    assert count(ours, "HGMMA") == count(theirs, "HGMMA") == count(uniform, "HGMMA") == 16
-    assert count(ours, "R2UR") == 16 and count(theirs, "R2UR") == 0 and count(uniform, "R2UR") == 0
-    assert len(theirs) < len(uniform) < len(ours)
+    per_thread = loop_ops(_sass("exp:h14-per-thread-descriptors"))
+    assert count(ours, "HGMMA") == count(theirs, "HGMMA") == count(per_thread, "HGMMA") == 16
+    assert count(ours, "R2UR") == 0 and count(theirs, "R2UR") == 0 and count(per_thread, "R2UR") == 16
+    assert len(ours) < len(per_thread)

@@ -248,19 +248,21 @@ EX2_EMULATION = (
 )
 
 
-# The wgmma operand fragments sliced by the warpgroup's first thread (warp-uniform), as FA4 does:
-# their descriptors then live in uniform registers (no R2UR before each HGMMA).
-UNIFORM_DESCRIPTORS = (
-    ("    tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))\n"
-     "    tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))\n"
-     "    tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))\n",
-     "    wg_first = cute.arch.make_warp_uniform(mma_tidx // WARPGROUP_THREADS) * WARPGROUP_THREADS\n"
-     "    wg_mma, wg_mma_pv = tiled_mma.get_slice(wg_first), tiled_mma_pv.get_slice(wg_first)\n"
-     "    tSrQ = wg_mma.make_fragment_A(wg_mma.partition_A(sQ))\n"
-     "    tSrK = wg_mma.make_fragment_B(wg_mma.partition_B(sK))\n"
-     "    tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))\n"),
-)
-
+# The wgmma operand fragments sliced by thread index (the ladder's slicing before h02 took FA4's
+# warp-uniform one): each HGMMA's descriptor starts in a per-thread register and is moved into a
+# uniform register (R2UR) first.
+def _per_thread_descriptors(tidx: str):
+    return ((f"    # The smem operands' descriptors are the same for every thread of a warpgroup (one wgmma\n"
+             f"    # reads the whole tile): slice them by the warpgroup's first thread, a warp-uniform value,\n"
+             f"    # so they live in uniform registers and each wgmma takes them without an R2UR (as FA4).\n"
+             f"    wg_first = cute.arch.make_warp_uniform({tidx} // WARPGROUP_THREADS) * WARPGROUP_THREADS\n"
+             f"    wg_mma, wg_mma_pv = tiled_mma.get_slice(wg_first), tiled_mma_pv.get_slice(wg_first)\n"
+             f"    tSrQ = wg_mma.make_fragment_A(wg_mma.partition_A(sQ))\n"
+             f"    tSrK = wg_mma.make_fragment_B(wg_mma.partition_B(sK))\n"
+             f"    tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))\n",
+             "    tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))\n"
+             "    tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))\n"
+             "    tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))\n"),)
 
 # b12 with no setmaxnreg: the three setmaxregister calls gone, and the launch without
 # .minnctapersm 1 (which b12 adds only so that ptxas honours them), as b11 launches; its facts
@@ -350,14 +352,14 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("h14-pinned-max", "h14", "h14 with both rows' max reductions before wait_group(0) (ptxas 13.4 "
                "leaves one row's shuffles after the wait, in h13 and h14 alike)",
                _pin_before_wait_edits(" " * 12, "row_max"), scratch_stores=True),
-    Experiment("h14-uniform-descriptors", "h14",
-               "h14 with the wgmma operand fragments (smem descriptors) sliced by the warpgroup's first "
-               "thread, a warp-uniform value, as FA4 slices them: no R2UR before each HGMMA",
-               UNIFORM_DESCRIPTORS),
-    Experiment("h14-uniform-descriptors-pinned-max", "h14",
-               "h14 with both: the warp-uniform operand slicing and both rows' max reductions before "
-               "wait_group(0)", UNIFORM_DESCRIPTORS + _pin_before_wait_edits(" " * 12, "row_max"),
-               scratch_stores=True),
+    Experiment("h14-per-thread-descriptors", "h14",
+               "h14 with the wgmma operand fragments (smem descriptors) sliced by thread index, as the "
+               "ladder sliced them before: a per-thread value that ptxas moves into a uniform register "
+               "(R2UR) before each HGMMA", _per_thread_descriptors("mma_tidx")),
+    Experiment("h06-per-thread-descriptors", "h06",
+               "h06 with the wgmma operand fragments sliced by thread index, as the ladder sliced them "
+               "before: the first step where that costs an R2UR before each HGMMA",
+               _per_thread_descriptors("tidx")),
     Experiment("b10-one-s-load", "b10",
                "b10 with S read by one 128-column tcgen05.ld instead of eight 16-column loads: fewer "
                "load waits, more registers", B10_ONE_S_LOAD),

@@ -41,6 +41,7 @@ TILE_N = 128           # key/value rows per iteration
 HEAD_DIM = 128
 NUM_WARPS = 4          # one warpgroup
 THREADS = NUM_WARPS * 32
+WARPGROUP_THREADS = 128          # threads that issue one wgmma together: 4 warps
 COPY_BITS = 128        # one synchronous global->smem copy per thread moves 16 bytes = 8 bf16
 ELEMS_PER_COPY = COPY_BITS // 16
 
@@ -168,10 +169,15 @@ def kernel(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
     # registers; each warp of the warpgroup holds 16 of the 64 rows.
     thr_mma = tiled_mma.get_slice(tidx)
     thr_mma_pv = tiled_mma_pv.get_slice(tidx)
-    tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
-    tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
-    tOrP = thr_mma_pv.make_fragment_A(thr_mma_pv.partition_A(sP))
-    tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))
+    # The smem operands' descriptors are the same for every thread of a warpgroup (one wgmma
+    # reads the whole tile): slice them by the warpgroup's first thread, a warp-uniform value,
+    # so they live in uniform registers and each wgmma takes them without an R2UR (as FA4).
+    wg_first = cute.arch.make_warp_uniform(tidx // WARPGROUP_THREADS) * WARPGROUP_THREADS
+    wg_mma, wg_mma_pv = tiled_mma.get_slice(wg_first), tiled_mma_pv.get_slice(wg_first)
+    tSrQ = wg_mma.make_fragment_A(wg_mma.partition_A(sQ))
+    tSrK = wg_mma.make_fragment_B(wg_mma.partition_B(sK))
+    tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_A(sP))
+    tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
     acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((TILE_M, TILE_N)), cutlass.Float32)
     acc_O = cute.make_rmem_tensor(thr_mma_pv.partition_shape_C((TILE_M, HEAD_DIM)), cutlass.Float32)
     acc_O.fill(0.0)

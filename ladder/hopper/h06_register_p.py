@@ -38,6 +38,7 @@ TILE_N = 128           # key/value rows per iteration
 HEAD_DIM = 128
 NUM_WARPS = 4 * NUM_WARPGROUPS
 THREADS = NUM_WARPS * 32
+WARPGROUP_THREADS = 128          # threads that issue one wgmma together: 4 warps
 
 # smem: Q + K + V (128-byte swizzled), all bf16. P lives in registers.
 SMEM_ALIGN = 1024      # the 128B swizzle repeats every 8 rows x 128 B; descriptors assume this base
@@ -191,9 +192,14 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     # 64g..64g+63, each of its warps 16 of them. P, the A operand of P V, is a register fragment.
     thr_mma = tiled_mma.get_slice(tidx)
     thr_mma_pv = tiled_mma_pv.get_slice(tidx)
-    tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
-    tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
-    tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))
+    # The smem operands' descriptors are the same for every thread of a warpgroup (one wgmma
+    # reads the whole tile): slice them by the warpgroup's first thread, a warp-uniform value,
+    # so they live in uniform registers and each wgmma takes them without an R2UR (as FA4).
+    wg_first = cute.arch.make_warp_uniform(tidx // WARPGROUP_THREADS) * WARPGROUP_THREADS
+    wg_mma, wg_mma_pv = tiled_mma.get_slice(wg_first), tiled_mma_pv.get_slice(wg_first)
+    tSrQ = wg_mma.make_fragment_A(wg_mma.partition_A(sQ))
+    tSrK = wg_mma.make_fragment_B(wg_mma.partition_B(sK))
+    tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
     acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((TILE_M, TILE_N)), cutlass.Float32)
     acc_O = cute.make_rmem_tensor(thr_mma_pv.partition_shape_C((TILE_M, HEAD_DIM)), cutlass.Float32)
     acc_O.fill(0.0)

@@ -317,9 +317,14 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
     # P V, is a register fragment.
     thr_mma = tiled_mma.get_slice(mma_tidx)
     thr_mma_pv = tiled_mma_pv.get_slice(mma_tidx)
-    tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
-    tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))
-    tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))
+    # The smem operands' descriptors are the same for every thread of a warpgroup (one wgmma
+    # reads the whole tile): slice them by the warpgroup's first thread, a warp-uniform value,
+    # so they live in uniform registers and each wgmma takes them without an R2UR (as FA4).
+    wg_first = cute.arch.make_warp_uniform(mma_tidx // WARPGROUP_THREADS) * WARPGROUP_THREADS
+    wg_mma, wg_mma_pv = tiled_mma.get_slice(wg_first), tiled_mma_pv.get_slice(wg_first)
+    tSrQ = wg_mma.make_fragment_A(wg_mma.partition_A(sQ))
+    tSrK = wg_mma.make_fragment_B(wg_mma.partition_B(sK))
+    tOrVt = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(sVt))
     acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((TILE_M, TILE_N)), cutlass.Float32)
     acc_O = cute.make_rmem_tensor(thr_mma_pv.partition_shape_C((TILE_M, HEAD_DIM)), cutlass.Float32)
     acc_O.fill(0.0)
