@@ -332,6 +332,10 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("h08-three-stages", "h08", "h08 with a ring of 3 K/V stages (224 KB of smem) instead of 2",
                (("NUM_STAGES = 2         # K/V ring depth: tiles in flight ahead of the consumers\n",
                  "NUM_STAGES = 3         # K/V ring depth: tiles in flight ahead of the consumers\n"),)),
+    Experiment("h14-three-stages", "h14", "h14 with a ring of 3 K/V stages (224 KB of smem, O's tile in Q's) "
+               "instead of 2: the producer one more tile ahead across a work tile's boundary",
+               (("NUM_STAGES = 2         # K/V ring depth: tiles in flight ahead of the consumers\n",
+                 "NUM_STAGES = 3         # K/V ring depth: tiles in flight ahead of the consumers\n"),)),
     Experiment("h10-no-pingpong", "h10",
                "h10 without h09's turns: h08's lock-step warpgroups with h10's ex2 softmax", NO_PINGPONG),
     Experiment("h10-exp2-emulation", "h10",
