@@ -154,12 +154,14 @@ def stock_block() -> str:
 
 def experiments_block(base: str) -> str:
     """The recorded what-if experiments on ``base`` (harness/core/experiments.py), beside the base
-    step's own recorded h-mean. Each row is its own process, so compare h-means, not TFLOP/s."""
+    step's own recorded h-mean. Each row is its own process, so compare h-means, not TFLOP/s. An
+    experiment no longer defined (its edit became the step's code, or was dropped) is left out: its
+    record measured an edit of an earlier base, and nothing can tell whether it is current."""
     base_id = resolve(base).id
     lines = []
     for data in results.all_recorded().values():
         found = {n: r for n, r in data.get("experiments", {}).items() if r.get("base") == base_id
-                 and not (n in experiments.EXPERIMENTS and results.is_stale(resolve(f"exp:{n}"), r))}
+                 and n in experiments.EXPERIMENTS and not results.is_stale(resolve(f"exp:{n}"), r)}
         if not found:
             continue
         base_row = data.get("rows", {}).get(base_id, {})
@@ -169,8 +171,7 @@ def experiments_block(base: str) -> str:
                   "pass" if base_row.get("numerics_passed") else "—"]]
         for name, row in sorted(found.items()):
             h, b = row.get("hmean"), base_row.get("hmean")
-            question = experiments.EXPERIMENTS[name].question if name in experiments.EXPERIMENTS else row["question"]
-            table.append([f"`exp:{name}`", question, fmt(h),
+            table.append([f"`exp:{name}`", experiments.EXPERIMENTS[name].question, fmt(h),
                           f"{(h / b - 1) * 100:+.0f}%" if h and b else "",
                           "wrong by design" if row.get("diagnostic") else
                           "pass" if row.get("numerics_passed") else "FAIL"])
