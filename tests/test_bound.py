@@ -109,10 +109,20 @@ def test_ladder_bound_runs_on_the_cpu(capsys):
 
 
 def test_the_check_block_compares_every_measured_hopper_step():
+    """Each Hopper step with an H200 row is in the check if that row measured today's code, and is
+    named as left out if its code changed since: the model reads today's SASS."""
+    from harness.core import results
+    from harness.core.steps import track_steps
     text = writeups.render("bound hopper")
     assert "Spearman rank correlation" in text and "median relative error" in text
-    measured_rows = [line for line in text.splitlines() if line.startswith("| h") or line.startswith("| 01")]
-    assert len(measured_rows) >= 11 and all("(model)" in line for line in measured_rows)
+    shown = {line.split("|")[1].strip() for line in text.splitlines() if line.startswith(("| h", "| 01"))}
+    assert all("(model)" in line for line in text.splitlines() if line.startswith(("| h", "| 01")))
+    rows = next(d["rows"] for d in results.all_recorded().values() if "H200" in next(iter(d["rows"].values()))["provenance"]["gpu"])
+    steps = [s for s in track_steps("hopper") if s.id in rows]
+    current = {s.id for s in steps if not results.is_stale(s, rows[s.id])}
+    assert current and shown == current
+    note = text.split("Model check:", 1)[1]
+    assert all(s.id in note for s in steps if s.id not in current)
 
 
 def test_the_blackwell_table_carries_the_model_column_labelled_as_such():

@@ -253,8 +253,8 @@ EX2_EMULATION = (
 # uniform register (R2UR) first.
 def _per_thread_descriptors(tidx: str):
     return ((f"    # The smem operands' descriptors are the same for every thread of a warpgroup (one wgmma\n"
-             f"    # reads the whole tile): slice them by the warpgroup's first thread, a warp-uniform value,\n"
-             f"    # so they live in uniform registers and each wgmma takes them without an R2UR (as FA4).\n"
+             f"    # reads the whole tile): slice them by the warpgroup's first thread, a warp-uniform value, as\n"
+             f"    # FA4 does, so they can stay in the uniform registers wgmma reads (no R2UR move per wgmma).\n"
              f"    wg_first = cute.arch.make_warp_uniform({tidx} // WARPGROUP_THREADS) * WARPGROUP_THREADS\n"
              f"    wg_mma, wg_mma_pv = tiled_mma.get_slice(wg_first), tiled_mma_pv.get_slice(wg_first)\n"
              f"    tSrQ = wg_mma.make_fragment_A(wg_mma.partition_A(sQ))\n"

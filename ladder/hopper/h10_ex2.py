@@ -282,8 +282,8 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
     thr_mma = tiled_mma.get_slice(mma_tidx)
     thr_mma_pv = tiled_mma_pv.get_slice(mma_tidx)
     # The smem operands' descriptors are the same for every thread of a warpgroup (one wgmma
-    # reads the whole tile): slice them by the warpgroup's first thread, a warp-uniform value,
-    # so they live in uniform registers and each wgmma takes them without an R2UR (as FA4).
+    # reads the whole tile): slice them by the warpgroup's first thread, a warp-uniform value, as
+    # FA4 does, so they can stay in the uniform registers wgmma reads (no R2UR move per wgmma).
     wg_first = cute.arch.make_warp_uniform(mma_tidx // WARPGROUP_THREADS) * WARPGROUP_THREADS
     wg_mma, wg_mma_pv = tiled_mma.get_slice(wg_first), tiled_mma_pv.get_slice(wg_first)
     tSrQ = wg_mma.make_fragment_A(wg_mma.partition_A(sQ))
