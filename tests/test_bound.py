@@ -114,13 +114,14 @@ def test_the_check_block_compares_every_measured_hopper_step():
     from harness.core import results
     from harness.core.steps import track_steps
     text = writeups.render("bound hopper")
-    assert "Spearman rank correlation" in text and "median relative error" in text
     shown = {line.split("|")[1].strip() for line in text.splitlines() if line.startswith(("| h", "| 01"))}
     assert all("(model)" in line for line in text.splitlines() if line.startswith(("| h", "| 01")))
     rows = next(d["rows"] for d in results.all_recorded().values() if "H200" in next(iter(d["rows"].values()))["provenance"]["gpu"])
     steps = [s for s in track_steps("hopper") if s.id in rows]
     current = {s.id for s in steps if not results.is_stale(s, rows[s.id])}
-    assert current and shown == current
+    assert steps and shown == current
+    if current:     # with no current row (every step changed since it was measured) there is nothing to correlate
+        assert "Spearman rank correlation" in text and "median relative error" in text
     note = text.split("Model check:", 1)[1]
     assert all(s.id in note for s in steps if s.id not in current)
 

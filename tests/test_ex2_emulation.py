@@ -14,12 +14,12 @@ import ast
 import numpy as np
 import pytest
 
-from harness.core import experiments
+from harness.core import experiment_edits
 from harness.model.ex2_model import BF16_ROUNDING, errors, ex2_fma_pipe
 
 
 def _constants():
-    tree = ast.parse(experiments._EX2_EMULATION_HELPER)
+    tree = ast.parse(experiment_edits.EX2_EMULATION_HELPER)
     found = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
@@ -31,7 +31,7 @@ def _constants():
 
 def _clamp():
     """The clamp of ``_ex2_on_fma_pipe``: the constant its ``cute.arch.fmax`` call takes."""
-    tree = ast.parse(experiments._EX2_EMULATION_HELPER)
+    tree = ast.parse(experiment_edits.EX2_EMULATION_HELPER)
     (call,) = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "fmax"]
     return ast.literal_eval(call.args[1])
 

@@ -181,15 +181,42 @@ def test_a_row_sum_store_pins_every_exponential_before_the_p_v_wait():
     assert (between, after) == (64 + 2, 0)        # 64 scores + 2 rows' rescale factors per thread
 
 
-def test_h13_and_h14_leave_a_row_max_shuffle_after_the_wait_and_the_max_pin_moves_it_back():
-    """h14's writeup: ptxas 13.4 leaves one row's max reduction (its two SHFL) after wait_group(0) in
-    h13 and the other's before it; h14 moves one more shuffle ahead (3 of 4), and with its operands
-    sliced per thread (exp:h14-per-thread-descriptors) it schedules as h13. A store of the row maxima
-    (exp:h14-pinned-max) keeps both rows' shuffles ahead of the wait."""
-    h13, h14 = _between_the_waits(_sass("h13"), "SHFL"), _between_the_waits(_sass("h14"), "SHFL")
-    assert (h13, h14) == (2, 3)
-    assert _between_the_waits(_sass("exp:h14-per-thread-descriptors"), "SHFL") == 2
-    assert _between_the_waits(_sass("exp:h14-pinned-max"), "SHFL") == 4       # 2 rows x 2 butterfly steps
+def _loop_ops(text: str) -> list:
+    loop, _, notes = sb.kv_loop(text, elements=64, rows=2)
+    assert loop is not None, notes
+    return loop.inline
+
+
+def test_the_row_max_is_max_f32_in_chains_as_fa4s(fa4):
+    """01's and every Hopper step's row max (``_row_max``): four chains of max.f32, so the K/V loop
+    holds FMNMX and no NaN-propagating FMNMX.NAN, as FA4's loop; exp:h14-reduce-max (one
+    ReductionOp.MAX over the row, as the steps had it) compiles to FMNMX.NAN."""
+    for name, text in (("h12", _sass("h12")), ("h14", _sass("h14")), ("FA4", fa4.compile_fa4("sm_90a").sass.text)):
+        ops = [ins.opcode for ins in _loop_ops(text)]
+        assert ops.count("FMNMX") >= 64 and "FMNMX.NAN" not in ops, name
+    assert [ins.opcode for ins in _loop_ops(_sass("exp:h14-reduce-max"))].count("FMNMX.NAN") >= 60
+    assert "FMNMX.NAN" not in _sass("01")
+
+
+def _fmul_placement(ops) -> tuple[int, int]:
+    """(FMULs in the turn: between taking it (BAR.SYNC) and the last HGMMA; FMULs after the loop's
+    wait_group(0)). ptxas starts a few of the rescale's FMULs before the first HGMMA."""
+    turn = next(i for i, ins in enumerate(ops) if ins.opcode.startswith("BAR.SYNC"))
+    last = max(i for i, ins in enumerate(ops) if ins.opcode.startswith("HGMMA"))
+    zero = next(i for i, ins in enumerate(ops) if ins.opcode.startswith("WARPGROUP.DEPBAR") and "0x0" in ins.operands)
+    fmul = [i for i, ins in enumerate(ops) if ins.opcode == "FMUL"]
+    return sum(turn < i < last for i in fmul), sum(i > zero for i in fmul)
+
+
+def test_o_is_rescaled_under_the_turns_qk_not_after_the_p_v_wait():
+    """h12-h14 (h12's docstring): O's 64 FMULs per thread run in the turn, around and after its first
+    HGMMA (QK^T) and before its last (P V), while S runs; exp:h12-rescale-after-wait puts them back after
+    wait_group(0), on the way from the softmax to the next turn."""
+    for name in ("h12", "h13", "h14"):
+        under_qk, _ = _fmul_placement(_loop_ops(_sass(name)))
+        assert under_qk >= 64, (name, under_qk)
+    under_qk, after_wait = _fmul_placement(_loop_ops(_sass("exp:h12-rescale-after-wait")))
+    assert under_qk < 8 and after_wait >= 64, (under_qk, after_wait)
 
 
 def test_h14_builds_its_wgmma_descriptors_in_uniform_registers_as_fa4(fa4):
@@ -198,9 +225,7 @@ def test_h14_builds_its_wgmma_descriptors_in_uniform_registers_as_fa4(fa4):
     exp:h14-per-thread-descriptors (sliced by thread, as the ladder did before) moves each HGMMA's
     descriptor from a per-thread register first (one R2UR per HGMMA) and runs a longer loop."""
     def loop_ops(text):
-        loop, _, notes = sb.kv_loop(text, elements=64, rows=2)
-        assert loop is not None, notes
-        return [ins.opcode for ins in loop.inline]
+        return [ins.opcode for ins in _loop_ops(text)]
 
     def count(ops, prefix):
         return sum(op.startswith(prefix) for op in ops)

@@ -206,17 +206,23 @@ def test_h12_issues_both_gemms_of_a_turn_before_waiting_for_the_first():
     assert not any(op.startswith("WARPGROUP.DEPBAR") and re.search(r"0x1\s*;?$", op) for op in _sass_lines("h11"))
 
 
-def test_h12_rescales_o_only_after_its_p_v_is_done():
-    """The softmax of tile j runs on acc_S alone; O's rescale and P's conversion come after
-    wait_group(0) in program order (the kernel source), so they never touch registers a wgmma in
-    flight reads or writes."""
+@pytest.mark.parametrize("sid", ["h12", "h13", "h14"])
+def test_o_is_rescaled_only_while_no_wgmma_uses_it(sid):
+    """Program order in the consumer's loop (the kernel source): the softmax of tile j runs on acc_S
+    alone; P's conversion comes after wait_group(0), when P V(j-1) no longer reads tOrP; O's
+    rescale comes in the next turn, after S_{j+1}'s QK^T is issued (it does not touch acc_O) and
+    before a wgmma fence and the P V that accumulates into O."""
     import inspect
-    src = inspect.getsource(resolve("h12").module.consumer)
+    src = inspect.getsource(resolve(sid).module.consumer)
     loop = src[src.index("for n_block in range(1, n_blocks):"):src.index("# ---- Last half tile")]
+    rescale = "O_mn[r, None] = O_mn[r, None].load() * row_scale[r]"
+    qk_commit = loop.index("warpgroup.commit_group()")
+    pv = loop.index("cute.gemm(tiled_mma_pv")
+    assert qk_commit < loop.index(rescale) < loop.rindex("warpgroup.fence()", 0, pv) < pv
+    assert loop.count(rescale) == 1
     assert loop.index("warpgroup.wait_group(1)") < loop.index("online_softmax(") < loop.index("warpgroup.wait_group(0)")
-    after = loop[loop.index("warpgroup.wait_group(0)"):]
-    assert "tOrP.store(" in after and "O_mn[r, None] = O_mn[r, None].load() * row_scale[r]" in after
-    assert "O_mn" not in loop[:loop.index("warpgroup.wait_group(0)")].split("online_softmax(")[1]
+    assert "tOrP.store(" in loop[loop.index("warpgroup.wait_group(0)"):]
+    assert "O_mn" not in loop[loop.index("online_softmax("):]
 
 
 def test_h13_stores_o_through_smem_with_one_tma_store():

@@ -45,17 +45,17 @@ GPUS = {
         tensor=Rate(4096, "FLOP/clk/SM", "989 TFLOP/s dense bf16 over 132 SMs at 1.83 GHz (H100/H200 SXM "
                     "datasheet); measured bf16 matmul 656-790 TFLOP/s on the H200 (../shared/device/README.md)"),
         mufu=_MUFU, schedulers=_SCHEDULERS, smem=_SMEM,
-        l2=Rate(131, "B/clk/SM", "measured in h07's timeline (results/h200.json, timelines.h07): a K+V tile pair "
-                "(64 KB) is waited for 1,449 cycles after its TMA issue (median over tiles 2-15, spread 1,157-1,648), "
-                "= HANDOFF (150) + LOAD_LATENCY (800) + 64 KB at 131 B/clk; the 2026-12-01 recording's median, "
-                "1,627 cycles, gave 97: the rate is sensitive, 950 of those cycles being the model's constants; "
-                "tests/test_timeline.py re-derives it from the recording")),
+        l2=Rate(186, "B/clk/SM", "measured in h07's timeline (results/h200.json, timelines.h07): a K+V tile pair "
+                "(64 KB) is waited for 1,302 cycles after its TMA issue (median over tiles 2-15, spread 1,018-1,596), "
+                "= HANDOFF (150) + LOAD_LATENCY (800) + 64 KB at 186 B/clk; earlier recordings' medians, 1,627 and "
+                "1,449 cycles, gave 97 and 131: the rate is sensitive, 950 of those cycles being the model's "
+                "constants; tests/test_timeline.py re-derives it from the recording")),
     "b200": Gpu(
         name="NVIDIA B200", arch="sm_100a", sms=148,
         tensor=Rate(8192, "FLOP/clk/SM", "2.25 PFLOP/s dense bf16 over 148 SMs at ~1.85 GHz (B200 datasheet); "
                     "FA4 paper: tensor rate doubles per SM from Hopper"),
         mufu=_MUFU, schedulers=_SCHEDULERS, smem=_SMEM,
-        l2=Rate(131, "B/clk/SM", "assumed as the H200's (no public figure used here); not measured")),
+        l2=Rate(186, "B/clk/SM", "assumed as the H200's (no public figure used here); not measured")),
 }
 
 

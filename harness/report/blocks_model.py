@@ -57,6 +57,9 @@ def bound_block(track: str) -> str:
         raise ValueError(f"bound block: only `bound hopper` (the check against measurements); the Blackwell "
                          f"predictions are a column of `table blackwell`, not {track!r}")
     rows, summary = bound_report.hopper_check()
+    if not rows and summary["stale"]:
+        return (f"Model check: no H200 row measured today's code ({', '.join(summary['stale'])} left out: "
+                "measured before their code changed, to be re-measured); nothing to check the model against.\n")
     if not rows:
         return "No Hopper step measured yet: nothing to check the model against.\n"
     return markdown_table(rows, bound_report.HOPPER_HEADERS) + "\n\n" + bound_report.hopper_note(summary)

@@ -216,9 +216,7 @@ def kernel(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
         # Online softmax, row by row: new max, rescale O and the running sum, exponentiate S.
         for r in cutlass.range_constexpr(rows_per_thread):
             s_row = S_mn[r, None].load()
-            m_new = _quad_allreduce(s_row.reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0),
-                                    cute.arch.fmax)
-            m_new = cute.arch.fmax(m_new, row_max[r])
+            m_new = _quad_allreduce(_row_max(S_mn[r, None], row_max[r]), cute.arch.fmax)
             # exp(scale * (m_old - m_new)); the first tile has m_old = -inf, so this is 0.
             rescale = cute.math.exp((row_max[r] - m_new) * softmax_scale)
             p_row = cute.math.exp((s_row - m_new) * softmax_scale)
@@ -252,6 +250,19 @@ def kernel(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
     rO.store(acc_O.load().to(dtype))
     store_O = make_fragment_store(dtype, tiled_mma_pv).get_slice(tidx)
     cute.copy(store_O, store_O.retile(rO), store_O.partition_D(gO))
+
+
+def _row_max(row, init):
+    """max(init, this thread's elements of one row of S) in four independent chains of max.f32
+    (FMNMX), folded at the end, as FA4 reduces a row. A single chain makes every FMNMX wait for
+    the one before it; ReductionOp.MAX lowers to NaN-propagating FMNMX.NAN in longer chains. The
+    max heads the softmax's chain of dependent work, so its latency is time on every tile."""
+    chains = [row[k] for k in range(4)]
+    for c in range(4, cute.size(row), 4):
+        for k in range(4):
+            chains[k] = cute.arch.fmax(chains[k], row[c + k])
+    return cute.arch.fmax(cute.arch.fmax(cute.arch.fmax(chains[0], chains[1]),
+                                         cute.arch.fmax(chains[2], chains[3])), init)
 
 
 def _quad_allreduce(value, op):

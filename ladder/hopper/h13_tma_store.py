@@ -378,7 +378,8 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
         cute.arch.mbarrier_arrive(k_empty + stage)
     # timeline(0): softmax begin
     online_softmax(S_mn, row_max, row_sum, row_scale, scale_log2)
-    # P_0 (bf16) into the A-fragment registers. O is still zero: nothing to rescale.
+    # P_0 (bf16) into the A-fragment registers. O is still zero (the first turn rescales it by
+    # this tile's factors, 0: m_old was -inf).
     tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))
     # timeline(0): softmax end
 
@@ -392,20 +393,28 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
         cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)
 
         # S_j = Q K_j^T, issued and committed as its own group (group 1 of 2). fence: our
-        # register writes of the last iteration (P_{j-1} in tOrP, O rescaled) before the async
-        # MMAs of both GEMMs read them.
+        # register writes of the last iteration (P_{j-1} in tOrP) before the async MMAs read them.
         # timeline: QK^T begin
         warpgroup.fence()
         for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
             tiled_mma.set(warpgroup.Field.ACCUMULATE, kb != 0)
             cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb, stage], acc_S)
         warpgroup.commit_group()
+        # O rescaled to tile j-1's max (softmax(j-1)'s factors) while S_j runs on the tensor core:
+        # no wgmma uses acc_O now (P V(j-2) completed at the last wait_group(0)), and this work
+        # is then off the path from the softmax to the next turn (FA4's rescale_O_before_gemm).
+        # timeline: O rescale begin
+        for r in cutlass.range_constexpr(rows_per_thread):
+            O_mn[r, None] = O_mn[r, None].load() * row_scale[r]
+        # timeline: O rescale end
         # wait: V_{j-1} landed (pairs with the producer's expect-tx arrive on v_full; tile
         # j-1's round parity). Taken after QK^T is
         # issued, so S_j does not wait for V's bytes.
         cute.arch.mbarrier_wait(v_full + prev_stage, prev_parity)
         # O += P_{j-1} V_{j-1}, issued right behind S_j without waiting (group 2 of 2).
         # timeline(n_block - 1): PV begin
+        # fence: the rescale's register writes to acc_O before the async P V accumulates into it.
+        warpgroup.fence()
         tiled_mma_pv.set(warpgroup.Field.ACCUMULATE, True)
         for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
             cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, prev_stage], acc_O)
@@ -430,14 +439,15 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
         # arrive: this warp's P V is done reading V_{j-1} (v_empty, tile j-1's round).
         with cute.arch.elect_one():
             cute.arch.mbarrier_arrive(v_empty + prev_stage)
-        # P_j (bf16) into the registers P V(j-1) has finished reading; O rescaled to the new max.
-        # timeline: P and O rescale begin
+        # P_j (bf16) into the registers P V(j-1) has finished reading. O's rescale to the new max
+        # waits for the next turn, under its QK^T.
+        # timeline: P begin
         tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))
-        for r in cutlass.range_constexpr(rows_per_thread):
-            O_mn[r, None] = O_mn[r, None].load() * row_scale[r]
-        # timeline: P and O rescale end
+        # timeline: P end
 
-    # ---- Last half tile: P V of the last tile alone.
+    # ---- Last half tile: O rescaled to the last tile's max, then P V of the last tile alone.
+    for r in cutlass.range_constexpr(rows_per_thread):
+        O_mn[r, None] = O_mn[r, None].load() * row_scale[r]
     # wait: the last V landed (pairs with the producer's expect-tx arrive on v_full; its round's
     # parity).
     last_stage, last_parity = ring_position(n_blocks - 1)
@@ -493,8 +503,7 @@ def online_softmax(S_mn, row_max, row_sum, row_scale, scale_log2):
     for the caller to apply once O is no longer being accumulated."""
     for r in range(cute.size(S_mn, mode=[0])):      # a plain function: a Python loop, unrolled
         s_row = S_mn[r, None].load()
-        m_new = _quad_allreduce(s_row.reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0), cute.arch.fmax)
-        m_new = cute.arch.fmax(m_new, row_max[r])
+        m_new = _quad_allreduce(_row_max(S_mn[r, None], row_max[r]), cute.arch.fmax)
         # 2^((m_old - m_new) * scale_log2) = exp(scale * (m_old - m_new)); the first tile has
         # m_old = -inf, so this is 0 (ex2.approx of -inf is +0).
         rescale = cute.math.exp2((row_max[r] - m_new) * scale_log2, fastmath=True)
@@ -504,6 +513,19 @@ def online_softmax(S_mn, row_max, row_sum, row_scale, scale_log2):
         row_max[r] = m_new
         row_scale[r] = rescale
         S_mn[r, None] = p_row
+
+
+def _row_max(row, init):
+    """max(init, this thread's elements of one row of S) in four independent chains of max.f32
+    (FMNMX), folded at the end, as FA4 reduces a row. A single chain makes every FMNMX wait for
+    the one before it; ReductionOp.MAX lowers to NaN-propagating FMNMX.NAN in longer chains. The
+    max heads the softmax's chain of dependent work, so its latency is time on every tile."""
+    chains = [row[k] for k in range(4)]
+    for c in range(4, cute.size(row), 4):
+        for k in range(4):
+            chains[k] = cute.arch.fmax(chains[k], row[c + k])
+    return cute.arch.fmax(cute.arch.fmax(cute.arch.fmax(chains[0], chains[1]),
+                                         cute.arch.fmax(chains[2], chains[3])), init)
 
 
 def _quad_allreduce(value, op):

@@ -1,34 +1,36 @@
-"""h14 — persistent CTAs: one CTA per SM walks a static list of tiles; the next tile's loads start
-under this tile's epilogue.
+"""h14 — persistent CTAs: one CTA per SM walks a static list of tiles; the next tile's Q, K and V
+load while this tile's last P V and epilogue run.
 
 Change from h13: the grid is one CTA per SM (SM_COUNT), not one per (query tile, batch, head).
 CTA c takes work tiles c, c + grid, c + 2 grid, ... of the m_blocks x heads x batch tiles, the
 query block fastest, then the head, then the batch (a static tile scheduler, as FA4's
 StaticPersistentTileScheduler), and runs h13's producer and consumers once per tile, with the K/V
-ring's positions counted across tiles so the producer keeps going. The Q buffer, which also holds
-O for its TMA store, gets an empty barrier: the store warp arrives on it once the TMA has read
-O, and the producer waits for it before loading the next tile's Q.
+ring's positions counted across tiles so the producer keeps going. O gets a smem tile of its own
+(192 KB in all; h13 stores O through Q's tile): Q's buffer gets an empty barrier on which every
+consumer warp arrives after its last QK^T of the tile, so the producer loads the next tile's Q
+while the consumers still run the last P V and the epilogue. The O store is committed without a
+wait; the next epilogue (or the exit) waits for its read of sO.
 
 Why: with one CTA per tile, every tile pays the CTA's start (barrier init, setmaxnreg, the first
-loads: the K/V pipeline starts empty) and its end (the epilogue, the wait for the TMA's reads),
+loads: Q and the K/V pipeline start empty) and its end (the epilogue, the store's read of smem),
 and the SM idles between a CTA's exit and the next CTA's start. A persistent CTA pays the start
-once; while its consumers run a tile's epilogue, its producer already loads the next tile's K and
-V (and its Q, once O is out of the buffer). FA4's Hopper kernel is not persistent for this
-problem; this is the step that goes beyond it.
+once, but only if the next tile's loads do not wait for this tile's epilogue: with O stored
+through Q's tile (as in h13), the next Q could load only after the store had read O, and the
+tile boundary cost as much as a new CTA (``exp:h14-o-in-q-tile`` measures that version). FA4's
+Hopper kernel is not persistent for this problem; this is the step that goes beyond it.
 
-Expect (arithmetic): at 4k a tile is 32 K/V tiles of ~3,000 cycles, and the first loads and the
-epilogue of each CTA take a few thousand cycles: a few percent, about half as much at 8k and a
-quarter at 16k. The tiles per CTA also even out: 4k has 32 x 16 x 4 = 2,048 tiles, 15.5 per SM.
-Expect +1-4% over h13, most at 4k.
-
-Measured: slower than h13, not faster. The loop is h13's, nested one level deeper, and ptxas 13.4
-schedules it as h13's (in both, one row's max shuffles come after wait_group(0)); the writeup takes
-the loss apart with experiments (max pin, uniform descriptors) and profiles beside FA4's kernel.
+Expect (arithmetic): at 4k a work tile is 32 K/V tiles of ~3,000 cycles (8.4 MFLOP per K/V tile
+at FA4's ~5 TFLOP/s per SM), ~100,000 cycles; a CTA's start and end (a Q load's latency, the
+epilogue, the store's read) cost a few thousand: a few percent at 4k, half as much at 8k, a
+quarter at 16k. The work does not even out: 2,048 tiles over 132 CTAs is 16 for 68
+CTAs and 15 for 64, the same last-wave makespan (16 tiles) as h13's 2,048 CTAs.
+Expect +1-3% over h13, most at 4k, least at 16k.
 
 Evidence: ``ladder sass h14 --against h13``; tests/test_hopper_steps.py (grid = SM_COUNT, the
 tile loop in the SASS, the scheduler's tile order covers every tile once for shapes that do not
-divide the SM count); tests/test_barrier_protocol.py (the protocol replayed over several tiles per
-CTA); results/h200.json; writeups/hopper/14-persistent.md.
+divide the SM count, Q's empty barrier counts the consumer warps); tests/test_barrier_protocol.py
+(the protocol replayed over several tiles per CTA); results/h200.json;
+writeups/hopper/14-persistent.md.
 """
 
 import math
@@ -68,9 +70,11 @@ SM_COUNT = 132
 PRODUCER_REGISTERS = 24
 CONSUMER_REGISTERS = 240
 
-# smem: Q + NUM_STAGES x (K + V) (128-byte swizzled), all bf16. P lives in registers.
+# smem: Q + O + NUM_STAGES x (K + V) (128-byte swizzled), all bf16: 192 KB. P lives in registers.
+# O has a tile of its own (h13 stores it through Q's), so the next work tile's Q can load
+# while this one's last P V and epilogue run.
 SMEM_ALIGN = 1024      # the 128B swizzle repeats every 8 rows x 128 B; descriptors assume this base
-SMEM_BYTES = 2 * (TILE_M * HEAD_DIM + NUM_STAGES * 2 * TILE_N * HEAD_DIM)
+SMEM_BYTES = 2 * (2 * TILE_M * HEAD_DIM + NUM_STAGES * 2 * TILE_N * HEAD_DIM)
 
 
 def _wgmma_layout(kind, shape, mn_major=False):
@@ -102,11 +106,12 @@ def make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout):
         sQ: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], SMEM_ALIGN]
         sK: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sK_layout)], SMEM_ALIGN]
         sV: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sVt_layout)], SMEM_ALIGN]
+        sO: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(sQ_layout)], SMEM_ALIGN]
         # mbarriers, two pairs per ring stage, one for its K tile and one for its V tile. full:
         # the TMA's bytes landed (1 arrival: the producer's expect-tx). empty: the consumers are
         # done reading that tile (one arrival per consumer warp). Q: once per work tile.
         q_full: cute.struct.MemRange[cutlass.Int64, 1]
-        q_empty: cute.struct.MemRange[cutlass.Int64, 1]   # sQ free again: the O store has read it
+        q_empty: cute.struct.MemRange[cutlass.Int64, 1]   # sQ free again: the tile's last QK^T is done
         k_full: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
         k_empty: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
         v_full: cute.struct.MemRange[cutlass.Int64, NUM_STAGES]
@@ -235,6 +240,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     # The swizzle (the layouts' inner function) goes with the smem pointer; wgmma descriptors
     # and the copies then see plain (outer) layouts.
     sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+    sO = storage.sO.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)     # O's tile: Q's layout
     sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
     sVt = storage.sV.get_tensor(sVt_layout.outer, swizzle=sVt_layout.inner)   # (D, TILE_N, stage): B of P V
     q_full, q_empty = storage.q_full.data_ptr(), storage.q_empty.data_ptr()
@@ -247,7 +253,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     if warp_idx == 0:
         with cute.arch.elect_one():
             cute.arch.mbarrier_init(q_full, 1)
-            cute.arch.mbarrier_init(q_empty, 1)      # the TMA-store warp's arrive (one lane)
+            cute.arch.mbarrier_init(q_empty, NUM_CONSUMER_WARPS)   # one arrival per consumer warp
             for stage in cutlass.range_constexpr(NUM_STAGES):
                 for full, empty in ((k_full, k_empty), (v_full, v_empty)):
                     cute.arch.mbarrier_init(full + stage, 1)
@@ -266,7 +272,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     else:
         # Consumer warpgroups: they take the registers the producer gave back.
         cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)
-        consumer(tiled_mma, tiled_mma_pv, sQ, sK, sVt, tma_mQ, tma_mK, tma_mVt, tma_mO, tma_O,
+        consumer(tiled_mma, tiled_mma_pv, sQ, sO, sK, sVt, tma_mQ, tma_mK, tma_mVt, tma_mO, tma_O,
                  q_full, q_empty, k_full, k_empty, v_full, v_empty,
                  softmax_scale, cta, n_ctas, m_blocks, heads, n_tiles, n_blocks, warp_idx)
 
@@ -315,10 +321,10 @@ def producer(tma_Q: cute.CopyAtom, tma_K: cute.CopyAtom, tma_V: cute.CopyAtom,
         with cute.arch.elect_one():
             cute.arch.mbarrier_arrive_and_expect_tx(k_full + stage, k_bytes)
         cute.copy(tma_K, tKgK[None, 0], tKsK[None, stage], tma_bar_ptr=k_full + stage)
-        # wait: sQ is free: the previous work tile's O store has read it (pairs with the store
-        # thread's arrive on q_empty, that tile's
-        # phase: parity (i - 1) % 2 = (i % 2) ^ 1; for the first the fresh barrier's "previous
-        # phase" counts as complete).
+        # wait: sQ is free: every consumer warp's last QK^T of the previous work tile is done
+        # (pairs with their arrives on q_empty, that tile's phase: parity (i - 1) % 2 = (i % 2) ^ 1;
+        # for the first the fresh barrier's "previous phase" counts as complete). So Q_{i+1} loads
+        # while tile i's last P V and epilogue still run.
         cute.arch.mbarrier_wait(q_empty, (tile_iter % 2) ^ 1)
         # Q of this work tile on q_full's phase i (cute.copy of a TMA atom elects its own
         # issuing thread, so it sits outside elect_one; only the expect-tx arrive is inside).
@@ -351,8 +357,8 @@ def producer(tma_Q: cute.CopyAtom, tma_K: cute.CopyAtom, tma_V: cute.CopyAtom,
 
 
 @cute.jit
-def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Tensor, sK: cute.Tensor,
-             sVt: cute.Tensor, tma_mQ: cute.Tensor, tma_mK: cute.Tensor, tma_mVt: cute.Tensor,
+def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Tensor, sO: cute.Tensor,
+             sK: cute.Tensor, sVt: cute.Tensor, tma_mQ: cute.Tensor, tma_mK: cute.Tensor, tma_mVt: cute.Tensor,
              tma_mO: cute.Tensor, tma_O: cute.CopyAtom, q_full, q_empty, k_full, k_empty, v_full, v_empty,
              softmax_scale: cutlass.Float32, cta, n_ctas, m_blocks, heads, n_tiles, n_blocks, warp_idx):
     """Consumer warpgroups 1-2, per work tile of this CTA: per K/V tile S_j = Q K_j^T and O += P_{j-1}
@@ -436,7 +442,8 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
             cute.arch.mbarrier_arrive(k_empty + stage)
         # timeline(0): softmax begin
         online_softmax(S_mn, row_max, row_sum, row_scale, scale_log2)
-        # P_0 (bf16) into the A-fragment registers. O is still zero: nothing to rescale.
+        # P_0 (bf16) into the A-fragment registers. O is still zero (the first turn rescales it by
+        # this tile's factors, 0: m_old was -inf).
         tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))
         # timeline(0): softmax end
 
@@ -450,19 +457,27 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
             cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)
 
             # S_j = Q K_j^T, issued and committed as its own group (group 1 of 2). fence: our
-            # register writes of the last iteration (P_{j-1} in tOrP, O rescaled) before the async
-            # MMAs of both GEMMs read them.
+            # register writes of the last iteration (P_{j-1} in tOrP) before the async MMAs read them.
             # timeline: QK^T begin
             warpgroup.fence()
             for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, kb != 0)
                 cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb, stage], acc_S)
             warpgroup.commit_group()
+            # O rescaled to tile j-1's max (softmax(j-1)'s factors) while S_j runs on the tensor core:
+            # no wgmma uses acc_O now (P V(j-2) completed at the last wait_group(0)), and this work
+            # is then off the path from the softmax to the next turn (FA4's rescale_O_before_gemm).
+            # timeline: O rescale begin
+            for r in cutlass.range_constexpr(rows_per_thread):
+                O_mn[r, None] = O_mn[r, None].load() * row_scale[r]
+            # timeline: O rescale end
             # wait: V_{j-1} landed (pairs with the producer's expect-tx arrive on v_full; tile
             # j-1's round parity). Taken after QK^T is issued, so S_j does not wait for V's bytes.
             cute.arch.mbarrier_wait(v_full + prev_stage, prev_parity)
             # O += P_{j-1} V_{j-1}, issued right behind S_j without waiting (group 2 of 2).
             # timeline(n_block - 1): PV begin
+            # fence: the rescale's register writes to acc_O before the async P V accumulates into it.
+            warpgroup.fence()
             tiled_mma_pv.set(warpgroup.Field.ACCUMULATE, True)
             for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
                 cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, prev_stage], acc_O)
@@ -487,14 +502,20 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
             # arrive: this warp's P V is done reading V_{j-1} (v_empty, tile j-1's round).
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive(v_empty + prev_stage)
-            # P_j (bf16) into the registers P V(j-1) has finished reading; O rescaled to the new max.
-            # timeline: P and O rescale begin
+            # P_j (bf16) into the registers P V(j-1) has finished reading. O's rescale to the new max
+            # waits for the next turn, under its QK^T.
+            # timeline: P begin
             tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))
-            for r in cutlass.range_constexpr(rows_per_thread):
-                O_mn[r, None] = O_mn[r, None].load() * row_scale[r]
-            # timeline: P and O rescale end
+            # timeline: P end
 
-        # ---- Last half tile: P V of the last tile alone.
+        # arrive: this warp's last QK^T is done reading sQ (its wait_group above): with all 8
+        # warps' arrives the producer may load the next work tile's Q (q_empty).
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive(q_empty)
+
+        # ---- Last half tile: O rescaled to the last tile's max, then P V of the last tile alone.
+        for r in cutlass.range_constexpr(rows_per_thread):
+            O_mn[r, None] = O_mn[r, None].load() * row_scale[r]
         # wait: the last V landed (pairs with the producer's expect-tx arrive on v_full; its round's
         # parity).
         last_stage, last_parity = ring_position(kv0 + n_blocks - 1)
@@ -517,35 +538,36 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
         with cute.arch.elect_one():
             cute.arch.mbarrier_arrive(v_empty + last_stage)
 
-        # Epilogue: O / rowsum, to bf16, into Q's smem with stmatrix, then one TMA store. sO is sQ
-        # itself: this warpgroup's O rows are the Q rows only its own QK^T read, and all of those
-        # have completed (wait_group above), so nothing reads them any more.
+        # Epilogue: O / rowsum, to bf16, into O's smem tile with stmatrix, then one TMA store.
         for r in cutlass.range_constexpr(rows_per_thread):
             total = _quad_allreduce(row_sum[r], lambda a, b: a + b)
             O_mn[r, None] = O_mn[r, None].load() * cute.arch.rcp_approx(total)
         rO = cute.make_fragment_like(acc_O, dtype)
         rO.store(acc_O.load().to(dtype))
         smem_store = make_smem_store(dtype, tiled_mma_pv).get_slice(mma_tidx)
-        cute.copy(smem_store, smem_store.retile(rO), smem_store.partition_D(sQ))
+        # wait(read): the previous work tile's TMA store has read sO (long done: a whole tile ago);
+        # then the barrier tells the other 224 consumer threads that sO may be written.
+        if warp_idx == STORE_WARP:
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+        cute.arch.barrier(barrier_id=EPILOGUE_BARRIER, number_of_threads=EPILOGUE_THREADS)
+        cute.copy(smem_store, smem_store.retile(rO), smem_store.partition_D(sO))
         # fence: this thread's smem writes (generic proxy) become visible to the TMA (async proxy).
         cute.arch.fence_view_async_shared()
         # barrier: all 256 consumer threads have written and fenced their part of the tile.
         cute.arch.barrier(barrier_id=EPILOGUE_BARRIER, number_of_threads=EPILOGUE_THREADS)
         if warp_idx == STORE_WARP:
-            tOsO, tOgO = cpasync.tma_partition(tma_O, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
+            tOsO, tOgO = cpasync.tma_partition(tma_O, 0, cute.make_layout(1), cute.group_modes(sO, 0, 2),
                                                cute.group_modes(gO, 0, 2))
             # One TMA store of the whole tile. The whole warp executes the copy; the store is a
             # warp-level (uniform) instruction, one UTMASTG per box, as in FA4's epilogue.
             cute.copy(tma_O, tOsO, tOgO)
-            # commit + wait(read): the TMA has read the tile out of smem, so sQ may take the next
-            # work tile's Q, or the CTA exit (the global writes complete on their own).
+            # commit, no wait: the consumers go on to the next work tile; the next epilogue (or
+            # the exit, below) waits for this store's read of sO.
             cute.arch.cp_async_bulk_commit_group()
-            cute.arch.cp_async_bulk_wait_group(0, read=True)
-            # arrive: sQ is free for the next work tile's Q (q_empty; the producer's wait pairs
-            # with it). sync_warp first: every lane of the warp has passed its wait.
-            cute.arch.sync_warp()
-            with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive(q_empty)
+    # wait(read): the last TMA store has read sO before the CTA exits and its smem goes away (the
+    # global writes complete on their own).
+    if warp_idx == STORE_WARP:
+        cute.arch.cp_async_bulk_wait_group(0, read=True)
 
 
 def online_softmax(S_mn, row_max, row_sum, row_scale, scale_log2):
@@ -555,8 +577,7 @@ def online_softmax(S_mn, row_max, row_sum, row_scale, scale_log2):
     for the caller to apply once O is no longer being accumulated."""
     for r in range(cute.size(S_mn, mode=[0])):      # a plain function: a Python loop, unrolled
         s_row = S_mn[r, None].load()
-        m_new = _quad_allreduce(s_row.reduce(cute.ReductionOp.MAX, -cutlass.Float32.inf, 0), cute.arch.fmax)
-        m_new = cute.arch.fmax(m_new, row_max[r])
+        m_new = _quad_allreduce(_row_max(S_mn[r, None], row_max[r]), cute.arch.fmax)
         # 2^((m_old - m_new) * scale_log2) = exp(scale * (m_old - m_new)); the first tile has
         # m_old = -inf, so this is 0 (ex2.approx of -inf is +0).
         rescale = cute.math.exp2((row_max[r] - m_new) * scale_log2, fastmath=True)
@@ -566,6 +587,19 @@ def online_softmax(S_mn, row_max, row_sum, row_scale, scale_log2):
         row_max[r] = m_new
         row_scale[r] = rescale
         S_mn[r, None] = p_row
+
+
+def _row_max(row, init):
+    """max(init, this thread's elements of one row of S) in four independent chains of max.f32
+    (FMNMX), folded at the end, as FA4 reduces a row. A single chain makes every FMNMX wait for
+    the one before it; ReductionOp.MAX lowers to NaN-propagating FMNMX.NAN in longer chains. The
+    max heads the softmax's chain of dependent work, so its latency is time on every tile."""
+    chains = [row[k] for k in range(4)]
+    for c in range(4, cute.size(row), 4):
+        for k in range(4):
+            chains[k] = cute.arch.fmax(chains[k], row[c + k])
+    return cute.arch.fmax(cute.arch.fmax(cute.arch.fmax(chains[0], chains[1]),
+                                         cute.arch.fmax(chains[2], chains[3])), init)
 
 
 def _quad_allreduce(value, op):
@@ -614,7 +648,8 @@ INFO = contract.StepInfo(
     id="h14",
     slug="persistent",
     title="Persistent CTAs",
-    change="one CTA per SM walks a static tile list (m-block, head, batch); the next tile's loads start under the epilogue",
+    change="one CTA per SM walks a static tile list (m-block, head, batch); O gets its own smem tile, so the "
+           "next tile's Q, K, V load under this tile's last P V and epilogue",
     archs=("sm_90a",),
     enabler=False,
     threads=THREADS,
