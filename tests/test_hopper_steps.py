@@ -244,6 +244,26 @@ def test_h13_stores_o_through_smem_with_one_tma_store():
     assert sum(op.startswith("STG") for op in _sass_lines("h12")) == 32
 
 
+def test_h14_reuses_its_o_tile_only_after_the_last_store_has_read_it():
+    """h14's epilogue in the SASS: the wait for the previous TMA store's read of sO
+    (cp.async.bulk.wait_group.read 0: DEPBAR.LE SB0) comes before the epilogue barrier that lets
+    the consumers write sO (stmatrix), and the store of this tile is not waited for in the tile
+    loop (its read is waited for by the next epilogue) but once more before the CTA's last EXIT."""
+    m = resolve("h14").module
+    lines = _sass_lines("h14")
+    epilogue = f"{m.EPILOGUE_BARRIER:#x}, {m.EPILOGUE_THREADS:#x}"
+    stsm = next(i for i, op in enumerate(lines) if op.startswith("STSM"))
+    first_barrier = max(i for i in range(stsm) if lines[i].startswith("BAR.SYNC") and epilogue in lines[i])
+    assert any(lines[i].startswith("DEPBAR.LE SB0") for i in range(first_barrier - 4, first_barrier))
+    stores = [i for i, op in enumerate(lines) if op.startswith("UTMASTG")]
+    exits = [i for i, op in enumerate(lines) if re.sub(r"^@!?P\w+\s+", "", op).startswith("EXIT")]
+    waits = [i for i, op in enumerate(lines) if op.startswith("DEPBAR.LE SB0")]
+    assert len(waits) == 2 and waits[0] < first_barrier < stores[0] < waits[1] < exits[-1]
+    # the second wait is on the way out (behind the other warps' predicated EXIT), not behind each
+    # store in the tile loop (as exp:h14-o-in-q-tile has it, where the next Q waits for the read)
+    assert next(i for i in exits if i > stores[-1]) < waits[1]
+
+
 def test_h14_static_scheduler_covers_every_tile_once():
     """CTA c of n takes work tiles c, c + n, ...; tile -> (m_block, head, batch) with the query
     block fastest. For work counts that do not divide the SM count (and smaller than it), every

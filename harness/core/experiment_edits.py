@@ -327,7 +327,20 @@ H14_O_IN_Q_TILE = (
      "    sO = sQ                                                                 # O through Q's tile\n"),
     ("            cute.arch.mbarrier_init(q_empty, NUM_CONSUMER_WARPS)   # one arrival per consumer warp\n",
      "            cute.arch.mbarrier_init(q_empty, 1)      # the TMA-store warp's arrive (one lane)\n"),
-    ("        with cute.arch.elect_one():\n            cute.arch.mbarrier_arrive(q_empty)\n\n", ""),
+    ("        # arrive: this warp's last QK^T is done reading sQ (its wait_group above): with all 8\n"
+     "        # warps' arrives the producer may load the next work tile's Q (q_empty).\n"
+     "        with cute.arch.elect_one():\n            cute.arch.mbarrier_arrive(q_empty)\n\n", ""),
+    ("q_empty: cute.struct.MemRange[cutlass.Int64, 1]   # sQ free again: the tile's last QK^T is done\n",
+     "q_empty: cute.struct.MemRange[cutlass.Int64, 1]   # sQ free again: the O store has read it\n"),
+    ("        # wait: sQ is free: every consumer warp's last QK^T of the previous work tile is done\n"
+     "        # (pairs with their arrives on q_empty, that tile's phase: parity (i - 1) % 2 = (i % 2) ^ 1;\n"
+     "        # for the first the fresh barrier's \"previous phase\" counts as complete). So Q_{i+1} loads\n"
+     "        # while tile i's last P V and epilogue still run.\n",
+     "        # wait: sQ is free: the previous work tile's O store has read it (pairs with the store\n"
+     "        # warp's arrive on q_empty, that tile's phase: parity (i % 2) ^ 1; the first passes at once).\n"),
+    ("            # commit, no wait: the consumers go on to the next work tile; the next epilogue (or\n"
+     "            # the exit, below) waits for this store's read of sO.\n",
+     "            # commit + wait(read): sQ (which holds O) is free for the next work tile's Q.\n"),
     ("            cute.arch.cp_async_bulk_commit_group()\n"
      "    # wait(read): the last TMA store has read sO before the CTA exits and its smem goes away (the\n"
      "    # global writes complete on their own).\n"

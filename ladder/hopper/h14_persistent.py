@@ -362,8 +362,9 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
              tma_mO: cute.Tensor, tma_O: cute.CopyAtom, q_full, q_empty, k_full, k_empty, v_full, v_empty,
              softmax_scale: cutlass.Float32, cta, n_ctas, m_blocks, heads, n_tiles, n_blocks, warp_idx):
     """Consumer warpgroups 1-2, per work tile of this CTA: per K/V tile S_j = Q K_j^T and O += P_{j-1}
-    V_{j-1} back to back, the softmax of tile j under that P V; the epilogue (O through smem, one TMA
-    store, which hands sQ back to the producer); the two warpgroups take turns (ping-pong)."""
+    V_{j-1} back to back, the softmax of tile j under that P V; after the tile's last QK^T each warp
+    hands sQ back to the producer (q_empty); the epilogue (O through its own smem tile, one TMA store);
+    the two warpgroups take turns (ping-pong)."""
     tidx, _, _ = cute.arch.thread_idx()
     dtype = sQ.element_type
     mma_tidx = tidx - WARPGROUP_THREADS      # 0..255 over the two consumer warpgroups
