@@ -47,6 +47,7 @@ MECHANISMS: tuple[tuple[str, str, str], ...] = (
     ("FFMA", r"FFMA\b", "fp32 FMA"),
     ("FFMA2", r"FFMA2\b", "packed fp32 FMA (sm_100)"),
     ("SHFL", r"SHFL\b", "warp shuffle"),
+    ("R2UR", r"R2UR\b", "move into a uniform register"),
     ("LDL/STL", r"(?:LDL|STL)\b", "local memory (spills)"),
 )
 # A mechanism matches its opcode with any suffixes: "HMMA" counts "HMMA.16816.F32.BF16".
