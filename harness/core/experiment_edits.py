@@ -421,3 +421,72 @@ H14_TILE_N_176 = (
      "attention = contract.make_attention(dataclasses.replace(INFO, tile_n=TILE_M), host)"),
     ("import math\n", "import dataclasses\nimport math\n"),
 ) + H14_O_IN_Q_TILE
+
+
+# A diagnostic bound for balancing the last wave (stream-K / split-KV of the tail): 2,048 equal
+# work tiles over 132 CTAs leave 68 for a 16th round, so 64 SMs idle for a whole tile. Here the
+# tiles of the last partial round are cut into SPLIT pieces along K/V (each piece a contiguous
+# range of K/V tiles, walked by whichever CTA the round-robin gives it), so every CTA ends within
+# a piece of the others. The pieces' partial results are not combined: each writes its own O over
+# the tile's (wrong answers by design). What it measures is the time a balanced tail would take,
+# without the cost of combining partial results.
+_PIECE = '''
+
+SPLIT = 7      # pieces per tail tile (at most n_blocks)
+
+
+def _piece(unit, n_work, n_ctas, n_blocks):
+    """Work unit -> (tile, first K/V tile, K/V tile count): whole tiles for the full rounds, then
+    SPLIT pieces of each tile of the last, partial round."""
+    full = n_work // n_ctas * n_ctas
+    split = cutlass.select_(n_blocks < SPLIT, n_blocks, SPLIT)
+    in_tail = unit >= full
+    rel = cutlass.select_(in_tail, unit - full, 0)
+    piece = rel % split
+    lo = cutlass.select_(in_tail, piece * n_blocks // split, 0)
+    hi = cutlass.select_(in_tail, (piece + 1) * n_blocks // split, n_blocks)
+    return cutlass.select_(in_tail, full + rel // split, unit), lo, hi - lo
+
+
+def _units(n_work, n_ctas, n_blocks):
+    full = n_work // n_ctas * n_ctas
+    return full + (n_work - full) * cutlass.select_(n_blocks < SPLIT, n_blocks, SPLIT)
+'''
+_WORK = "m_blocks * heads * cute.size(tma_mQ.shape[3])"
+H14_BALANCED_TAIL = (
+    ("\n\ndef ring_position(n_block):", _PIECE + "\n\ndef ring_position(n_block):"),
+    (f"    n_tiles = tiles_of(cta, n_ctas, {_WORK})\n",
+     f"    n_tiles = tiles_of(cta, n_ctas, _units({_WORK}, n_ctas, n_blocks))     # work units\n"),
+    # producer
+    ("    for tile_iter in range(n_tiles):\n"
+     "        m_block, head, batch = tile_coords(cta + tile_iter * n_ctas, m_blocks, heads)\n"
+     "        gQ, gK, gVt, _ = tile_views(tma_mQ, tma_mK, tma_mVt, tma_mO, m_block, head, batch)\n"
+     "        kv0 = tile_iter * n_blocks          # K/V tiles this CTA loaded before this work tile\n",
+     "    kv0 = cutlass.Int32(0)                   # K/V tiles this CTA loaded before this unit\n"
+     "    for tile_iter in range(n_tiles):\n"
+     f"        tile, lo, n = _piece(cta + tile_iter * n_ctas, {_WORK}, n_ctas, n_blocks)\n"
+     "        m_block, head, batch = tile_coords(tile, m_blocks, heads)\n"
+     "        gQ, gK, gVt, _ = tile_views(tma_mQ, tma_mK, tma_mVt, tma_mO, m_block, head, batch)\n"),
+    ("        cute.copy(tma_K, tKgK[None, 0], tKsK[None, stage], tma_bar_ptr=k_full + stage)\n",
+     "        cute.copy(tma_K, tKgK[None, lo], tKsK[None, stage], tma_bar_ptr=k_full + stage)\n"),
+    ("        for n_block in range(n_blocks):\n            if n_block + 1 < n_blocks:\n",
+     "        for n_block in range(n):\n            if n_block + 1 < n:\n"),
+    ("tKgK[None, n_block + 1]", "tKgK[None, lo + n_block + 1]"),
+    ("            cute.copy(tma_V, tVgV[None, n_block], tVsV[None, stage], tma_bar_ptr=v_full + stage)\n",
+     "            cute.copy(tma_V, tVgV[None, lo + n_block], tVsV[None, stage], tma_bar_ptr=v_full + stage)\n"
+     "        kv0 += n\n"),
+    # consumer
+    ("    for tile_iter in range(n_tiles):\n"
+     "        m_block, head, batch = tile_coords(cta + tile_iter * n_ctas, m_blocks, heads)\n"
+     "        _, _, _, gO = tile_views(tma_mQ, tma_mK, tma_mVt, tma_mO, m_block, head, batch)\n"
+     "        kv0 = tile_iter * n_blocks              # K/V tiles this CTA consumed before this work tile\n",
+     "    kv0 = cutlass.Int32(0)                   # K/V tiles this CTA consumed before this unit\n"
+     "    for tile_iter in range(n_tiles):\n"
+     f"        tile, lo, n = _piece(cta + tile_iter * n_ctas, {_WORK}, n_ctas, n_blocks)\n"
+     "        m_block, head, batch = tile_coords(tile, m_blocks, heads)\n"
+     "        _, _, _, gO = tile_views(tma_mQ, tma_mK, tma_mVt, tma_mO, m_block, head, batch)\n"),
+    ("        for n_block in range(1, n_blocks):\n", "        for n_block in range(1, n):\n"),
+    ("ring_position(kv0 + n_blocks - 1)", "ring_position(kv0 + n - 1)"),
+    ("    # wait(read): the last TMA store has read sO before the CTA exits",
+     "        kv0 += n\n    # wait(read): the last TMA store has read sO before the CTA exits"),
+)

@@ -94,6 +94,9 @@ EXPERIMENTS = {e.name: e for e in (
                "thread instead of FA4's 24 / 240 (128 x 40 + 256 x 232 = 64,512)",
                (("PRODUCER_REGISTERS = 24\n", "PRODUCER_REGISTERS = 40\n"),
                 ("CONSUMER_REGISTERS = 240\n", "CONSUMER_REGISTERS = 232\n"))),
+    Experiment("h14-balanced-tail", "h14", "h14 with the tiles of the last, partial round cut into 7 pieces along "
+               "K/V, so that no SM idles for a whole tile at the end: what a balanced last wave would take, without "
+               "combining the pieces' partial results", edit_texts.H14_BALANCED_TAIL, diagnostic=True),
     Experiment("h14-per-thread-descriptors", "h14",
                "h14 with the wgmma operand fragments (smem descriptors) sliced by thread index, as the "
                "ladder sliced them before: a per-thread value that ptxas moves into a uniform register "
