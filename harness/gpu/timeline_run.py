@@ -1,5 +1,6 @@
 """A step's timeline measured on the GPU: the instrumented copy (harness/timeline/probes.py) run
-once at the seqlen-8k benchmark shape, in a child process (``python -m harness.gpu.child timeline``).
+once at a benchmark shape (seqlen 8k, or the step's ``extra["timeline_seqlen"]``), in a child
+process (``python -m harness.gpu.child timeline``).
 """
 
 from __future__ import annotations
@@ -9,8 +10,14 @@ from harness.timeline import probes, records
 SEQLEN = 8192             # the middle benchmark shape: many tiles per CTA, a full GPU of CTAs
 
 
+def seqlen_of(info) -> int:
+    """The benchmark seqlen a step's timeline is measured at: 8k, or a shorter one a step asks for
+    (h14: work tiles of a few K/V tiles, so that the kept tiles cross a work tile's boundary)."""
+    return info.extra.get("timeline_seqlen", SEQLEN)
+
+
 def measure(step_id: str) -> dict:
-    """Run the instrumented step once at the seqlen-8k benchmark shape and return its intervals."""
+    """Run the instrumented step once at its timeline shape (``seqlen_of``) and return its intervals."""
     import time
 
     import torch
@@ -26,15 +33,19 @@ def measure(step_id: str) -> dict:
     step = resolve(step_id)
     probe = probes.instrumented_step(step)
     info = step.info
-    shape = workloads.bench_shape(SEQLEN)
+    seqlen = seqlen_of(step.info)
+    shape = workloads.bench_shape(seqlen)
     q, k, v = workloads.make_qkv(shape, seed=7)
     scale = contract.validate_inputs(info, q, k, v)
     arch = info.arch_for_capability(torch.cuda.get_device_capability())
     if arch is None:
         raise ValueError(f"{step.id} targets {', '.join(info.archs)}; this GPU is not one")
     names = probes.phase_names(step.module, step.path.read_text())
-    n_blocks = SEQLEN // info.tile_n
-    buf = torch.zeros((info.threads // 32, n_blocks, len(names), 2), dtype=torch.int64, device="cuda")
+    n_blocks = seqlen // info.tile_n
+    # tile slots: a probe's tile is the CTA's K/V tile count, which crosses work tiles in a
+    # persistent step; the record keeps the first KEPT_TILES of them
+    slots = max(n_blocks, records.KEPT_TILES)
+    buf = torch.zeros((info.threads // 32, slots, len(names), 2), dtype=torch.int64, device="cuda")
     out = torch.empty_like(q)
     from cutlass.cute.runtime import from_dlpack
     stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
@@ -53,7 +64,7 @@ def measure(step_id: str) -> dict:
         run_probe()
     torch.cuda.synchronize()
     raw = buf.cpu()
-    rows = workloads.sampled_rows(SEQLEN, workloads.SAMPLED_ROWS, seed=SEQLEN).to(q.device)
+    rows = workloads.sampled_rows(seqlen, workloads.SAMPLED_ROWS, seed=seqlen).to(q.device)
     numerics = check_output(out, q, k, v, rows=rows)
     ms = Timer().compare({"step": lambda: step.module.attention(q, k, v), "instrumented": run_probe},
                          budget_ms=200.0)

@@ -98,7 +98,7 @@ def timeline_block(step_id: str) -> str:
         cost = record["instrumented_ms"] / record["step_ms"] - 1
         lines.append(f"One K/V tile every {per:,.0f} cycles on the sampled CTA{busy_text}. The probes' price: the instrumented "
                      f"kernel ran {record['instrumented_ms']:.3f} ms against the step's {record['step_ms']:.3f} ms "
-                     f"({cost:+.0%}) at seqlen 8k, and its output "
+                     f"({cost:+.0%}) at seqlen {record['shape'][1] // 1024}k, and its output "
                      f"{'passed' if record['numerics_passed'] else 'FAILED'} FA4's numerics rule. Recorded by "
                      f"`{p['command']}` on {p['gpu']} (driver {p.get('driver')}), {p['date'][:10]}, "
                      f"nvidia-cutlass-dsl {p['cutlass_dsl']}, {built_with([record])}.")

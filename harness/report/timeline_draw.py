@@ -30,7 +30,7 @@ def recorded(step: Step) -> tuple[dict, str] | None:
         record = data.get("timelines", {}).get(step.id)
         if record and not probes.stale_reason(step, record):
             p = record["provenance"]
-            return record, f"measured on {p['gpu']}, {p['date'][:10]} (clock64 probes, block (0, 0, 0), seqlen 8k)"
+            return record, f"measured on {p['gpu']}, {p['date'][:10]} (clock64 probes, block (0, 0, 0), seqlen {record['shape'][1] // 1024}k)"
     return None
 
 

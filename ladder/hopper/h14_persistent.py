@@ -325,7 +325,9 @@ def producer(tma_Q: cute.CopyAtom, tma_K: cute.CopyAtom, tma_V: cute.CopyAtom,
         # (pairs with their arrives on q_empty, that tile's phase: parity (i - 1) % 2 = (i % 2) ^ 1;
         # for the first the fresh barrier's "previous phase" counts as complete). So Q_{i+1} loads
         # while tile i's last P V and epilogue still run.
+        # timeline(kv0): Q slot wait begin
         cute.arch.mbarrier_wait(q_empty, (tile_iter % 2) ^ 1)
+        # timeline(kv0): Q slot wait end
         # Q of this work tile on q_full's phase i (cute.copy of a TMA atom elects its own
         # issuing thread, so it sits outside elect_one; only the expect-tx arrive is inside).
         with cute.arch.elect_one():
@@ -338,9 +340,9 @@ def producer(tma_Q: cute.CopyAtom, tma_K: cute.CopyAtom, tma_V: cute.CopyAtom,
                 # (the 8 consumer warps' arrives after QK^T of ring position p + 1 - NUM_STAGES,
                 # p = kv0 + j, which may lie in an earlier work tile):
                 # parity ^ 1; round 0 passes at once.
-                # timeline: K slot wait begin
+                # timeline(kv0 + n_block): K slot wait begin
                 cute.arch.mbarrier_wait(k_empty + k_stage, k_parity ^ 1)
-                # timeline: K slot wait end
+                # timeline(kv0 + n_block): K slot wait end
                 with cute.arch.elect_one():
                     cute.arch.mbarrier_arrive_and_expect_tx(k_full + k_stage, k_bytes)
                 cute.copy(tma_K, tKgK[None, n_block + 1], tKsK[None, k_stage], tma_bar_ptr=k_full + k_stage)
@@ -348,9 +350,9 @@ def producer(tma_Q: cute.CopyAtom, tma_K: cute.CopyAtom, tma_V: cute.CopyAtom,
             # wait: V's slot in stage s is free: v_empty[s] completed the previous round (the
             # 8 consumer warps' arrives after P V of ring position p - NUM_STAGES): parity ^ 1; round
             # 0 passes at once.
-            # timeline: V slot wait begin
+            # timeline(kv0 + n_block): V slot wait begin
             cute.arch.mbarrier_wait(v_empty + stage, parity ^ 1)
-            # timeline: V slot wait end
+            # timeline(kv0 + n_block): V slot wait end
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive_and_expect_tx(v_full + stage, v_bytes)
             cute.copy(tma_V, tVgV[None, n_block], tVsV[None, stage], tma_bar_ptr=v_full + stage)
@@ -428,7 +430,7 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
         # Take the first turn (warpgroup 0: the pre-arrive above; warpgroup 1: warpgroup 0's
         # hand-over after its first QK^T).
         cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)
-        # timeline(0): QK^T begin
+        # timeline(kv0): QK^T begin
         warpgroup.fence()
         for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
             tiled_mma.set(warpgroup.Field.ACCUMULATE, kb != 0)
@@ -436,17 +438,17 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
         warpgroup.commit_group()
         cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
         warpgroup.wait_group(0)
-        # timeline(0): QK^T end
+        # timeline(kv0): QK^T end
         # arrive: this warp's QK^T is done reading K_0 (k_empty of ring position kv0). One lane: it
         # counts warps.
         with cute.arch.elect_one():
             cute.arch.mbarrier_arrive(k_empty + stage)
-        # timeline(0): softmax begin
+        # timeline(kv0): softmax begin
         online_softmax(S_mn, row_max, row_sum, row_scale, scale_log2)
         # P_0 (bf16) into the A-fragment registers. O is still zero (the first turn rescales it by
         # this tile's factors, 0: m_old was -inf).
         tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))
-        # timeline(0): softmax end
+        # timeline(kv0): softmax end
 
         # ---- Steady state, iteration j: QK^T(j) and P V(j-1) in one turn; softmax(j) under P V(j-1).
         for n_block in range(1, n_blocks):
@@ -459,7 +461,7 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
 
             # S_j = Q K_j^T, issued and committed as its own group (group 1 of 2). fence: our
             # register writes of the last iteration (P_{j-1} in tOrP) before the async MMAs read them.
-            # timeline: QK^T begin
+            # timeline(kv0 + n_block): QK^T begin
             warpgroup.fence()
             for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, kb != 0)
@@ -468,15 +470,15 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
             # O rescaled to tile j-1's max (softmax(j-1)'s factors) while S_j runs on the tensor core:
             # no wgmma uses acc_O now (P V(j-2) completed at the last wait_group(0)), and this work
             # is then off the path from the softmax to the next turn (FA4's rescale_O_before_gemm).
-            # timeline: O rescale begin
+            # timeline(kv0 + n_block): O rescale begin
             for r in cutlass.range_constexpr(rows_per_thread):
                 O_mn[r, None] = O_mn[r, None].load() * row_scale[r]
-            # timeline: O rescale end
+            # timeline(kv0 + n_block): O rescale end
             # wait: V_{j-1} landed (pairs with the producer's expect-tx arrive on v_full; tile
             # j-1's round parity). Taken after QK^T is issued, so S_j does not wait for V's bytes.
             cute.arch.mbarrier_wait(v_full + prev_stage, prev_parity)
             # O += P_{j-1} V_{j-1}, issued right behind S_j without waiting (group 2 of 2).
-            # timeline(n_block - 1): PV begin
+            # timeline(kv0 + n_block - 1): PV begin
             # fence: the rescale's register writes to acc_O before the async P V accumulates into it.
             warpgroup.fence()
             tiled_mma_pv.set(warpgroup.Field.ACCUMULATE, True)
@@ -488,26 +490,26 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
             # wait_group(1): at most one group still running, so the older one, S_j, is done and
             # acc_S may be read; P V (reading tOrP, writing acc_O) may still run.
             warpgroup.wait_group(1)
-            # timeline: QK^T end
+            # timeline(kv0 + n_block): QK^T end
             # arrive: this warp's QK^T is done reading K_j (k_empty[s], this round).
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive(k_empty + stage)
 
             # Softmax of tile j on acc_S only: tOrP and acc_O belong to the P V in flight.
-            # timeline: softmax begin
+            # timeline(kv0 + n_block): softmax begin
             online_softmax(S_mn, row_max, row_sum, row_scale, scale_log2)
-            # timeline: softmax end
+            # timeline(kv0 + n_block): softmax end
             # wait_group(0): P V(j-1) is done: tOrP may be overwritten and acc_O read.
             warpgroup.wait_group(0)
-            # timeline(n_block - 1): PV end
+            # timeline(kv0 + n_block - 1): PV end
             # arrive: this warp's P V is done reading V_{j-1} (v_empty, tile j-1's round).
             with cute.arch.elect_one():
                 cute.arch.mbarrier_arrive(v_empty + prev_stage)
             # P_j (bf16) into the registers P V(j-1) has finished reading. O's rescale to the new max
             # waits for the next turn, under its QK^T.
-            # timeline: P begin
+            # timeline(kv0 + n_block): P begin
             tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))
-            # timeline: P end
+            # timeline(kv0 + n_block): P end
 
         # arrive: this warp's last QK^T is done reading sQ (its wait_group above): with all 8
         # warps' arrives the producer may load the next work tile's Q (q_empty).
@@ -522,7 +524,7 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
         last_stage, last_parity = ring_position(kv0 + n_blocks - 1)
         cute.arch.mbarrier_wait(v_full + last_stage, last_parity)
         cute.arch.barrier(barrier_id=my_turn, number_of_threads=PINGPONG_THREADS)
-        # timeline(n_blocks - 1): PV begin
+        # timeline(kv0 + n_blocks - 1): PV begin
         warpgroup.fence()
         tiled_mma_pv.set(warpgroup.Field.ACCUMULATE, True)
         for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
@@ -534,12 +536,13 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
         if wg == 0:
             cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)
         warpgroup.wait_group(0)
-        # timeline(n_blocks - 1): PV end
+        # timeline(kv0 + n_blocks - 1): PV end
         # arrive: the last P V is done reading its V (v_empty, the last tile's round).
         with cute.arch.elect_one():
             cute.arch.mbarrier_arrive(v_empty + last_stage)
 
         # Epilogue: O / rowsum, to bf16, into O's smem tile with stmatrix, then one TMA store.
+        # timeline(kv0 + n_blocks - 1): epilogue begin
         for r in cutlass.range_constexpr(rows_per_thread):
             total = _quad_allreduce(row_sum[r], lambda a, b: a + b)
             O_mn[r, None] = O_mn[r, None].load() * cute.arch.rcp_approx(total)
@@ -565,6 +568,7 @@ def consumer(tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, sQ: cute.Ten
             # commit, no wait: the consumers go on to the next work tile; the next epilogue (or
             # the exit, below) waits for this store's read of sO.
             cute.arch.cp_async_bulk_commit_group()
+        # timeline(kv0 + n_blocks - 1): epilogue end
     # wait(read): the last TMA store has read sO before the CTA exits and its smem goes away (the
     # global writes complete on their own).
     if warp_idx == STORE_WARP:
@@ -662,7 +666,9 @@ INFO = contract.StepInfo(
     sass_absent=("HMMA", "LDSM", "LDG", "LDGSTS", "STS", "STG"),
     # softmax_peeled: the first half tile's softmax runs before the loop, a copy of the loop's.
     extra={"bound": {"overlap": "overlapped", "loads": "hidden"}, "softmax_peeled": 1,
-           "kv_stages": NUM_STAGES, "pingpong_barriers": (PINGPONG_BARRIER, PINGPONG_BARRIER + 1)},
+           "kv_stages": NUM_STAGES, "pingpong_barriers": (PINGPONG_BARRIER, PINGPONG_BARRIER + 1),
+           # the timeline at seqlen 1k: 8 K/V tiles per work tile, so its kept tiles cross a boundary
+           "timeline_seqlen": 1024},
 )
 
 
