@@ -264,6 +264,16 @@ def test_h14_reuses_its_o_tile_only_after_the_last_store_has_read_it():
     assert next(i for i in exits if i > stores[-1]) < waits[1]
 
 
+@pytest.mark.parametrize("sid", ["01", *(s.id for s in HOPPER), "exp:h14-tile-n-176"])
+def test_the_row_max_chains_cover_whole_rows(sid):
+    """``_row_max`` folds a thread's part of a row in four chains, stepping by 4: the part must be a
+    multiple of 4 elements. A row of the m16n8 (mma.sync) and m64nN (wgmma) accumulators is spread
+    over a quad of 4 lanes, so a thread holds TILE_N / 4 of it: TILE_N must be a multiple of 16."""
+    step = resolve(sid)
+    assert "def _row_max(row, init):" in step.path.read_text()
+    assert (step.info.tile_n // 4) % 4 == 0 and step.info.tile_n % 4 == 0, step.info.tile_n
+
+
 def test_h14_static_scheduler_covers_every_tile_once():
     """CTA c of n takes work tiles c, c + n, ...; tile -> (m_block, head, batch) with the query
     block fastest. For work counts that do not divide the SM count (and smaller than it), every
