@@ -207,6 +207,28 @@ def test_h12_issues_both_gemms_of_a_turn_before_waiting_for_the_first():
 
 
 @pytest.mark.parametrize("sid", ["h12", "h13", "h14"])
+def test_what_runs_under_the_turns_p_v_is_s_js_row_max(sid):
+    """What the README's h12 row claims, in the loop's SASS: between the wait that leaves P V(j-1)
+    in flight (DEPBAR.LE 1) and the wait for it (DEPBAR.LE 0) sits S_j's row max (FMNMX on the
+    score registers), and the bulk of the exponentials comes after the second wait: ptxas places
+    them there (FA4's kernel: 10 of 66). Fails if a step claims the row max under P V and the SASS
+    loses it, or if the exponentials move under P V (then the headline can say more)."""
+    lines = _sass_lines(sid)
+    le1 = [i for i, op in enumerate(lines) if op.startswith("WARPGROUP.DEPBAR") and re.search(r"0x1\s*;?$", op)]
+    assert le1, f"{sid}: no wait leaving one wgmma group in flight"
+    start = le1[0]
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("WARPGROUP.DEPBAR")
+               and re.search(r"0x0\s*;?$", lines[i]))
+    stop = next(i for i in range(end, len(lines)) if lines[i].startswith("BAR.SYNC"))   # the next turn
+    under, after = lines[start:end], lines[end:stop]
+    fmnmx_under, fmnmx_after = (sum(op.startswith("FMNMX") for op in ops) for ops in (under, after))
+    ex2_under, ex2_after = (sum(op.startswith("MUFU.EX2") for op in ops) for ops in (under, after))
+    # most of the row max under P V (h12: 59 of its 68 FMNMX, h14: 53; FA4: all 68)
+    assert fmnmx_under >= 3 * (fmnmx_under + fmnmx_after) // 4, (sid, fmnmx_under, fmnmx_after)
+    assert ex2_after > ex2_under, (sid, ex2_under, ex2_after)
+
+
+@pytest.mark.parametrize("sid", ["h12", "h13", "h14"])
 def test_o_is_rescaled_only_while_no_wgmma_uses_it(sid):
     """Program order in the consumer's loop (the kernel source): the softmax of tile j runs on acc_S
     alone; P's conversion comes after wait_group(0), when P V(j-1) no longer reads tOrP; O's

@@ -1,5 +1,5 @@
 """h12 — intra-warpgroup overlap: each turn issues QK^T of tile j and P V of tile j-1 back to back,
-and the softmax of tile j runs while that P V is still in flight.
+and the softmax of tile j starts while that P V is still in flight.
 
 Change from h11: the consumer loop is skewed by half a tile. A warpgroup's turn at the tensor
 cores now issues two GEMMs without waiting in between, S_j = Q K_j^T and O += P_{j-1} V_{j-1},
@@ -558,7 +558,7 @@ INFO = contract.StepInfo(
     id="h12",
     slug="intra_wg_overlap",
     title="Intra-warpgroup overlap",
-    change="each turn issues QK^T(j) and P V(j-1) without waiting; the softmax of tile j runs under P V(j-1)",
+    change="each turn issues QK^T(j) and P V(j-1) back to back, no wait between them; S_j's row max runs under P V(j-1)",
     archs=("sm_90a",),
     enabler=False,
     threads=THREADS,
