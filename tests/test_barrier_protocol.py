@@ -14,6 +14,7 @@ import pytest
 from conftest import STEPS, step_id
 
 from harness.compiler.compile import compile_step
+from harness.core import experiments
 from harness.core.steps import resolve
 from harness.model import protocol, protocol_replay, protocol_source
 from harness.model.pipeline_model import ProtocolError
@@ -26,6 +27,16 @@ def _arch(step):
 @pytest.mark.parametrize("step", STEPS, ids=step_id)
 def test_protocol_never_deadlocks_and_every_wait_observes_its_own_phase(step):
     protocol_replay.replay_many(step.module)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in experiments.EXPERIMENTS if not experiments.get(n).diagnostic))
+def test_each_experiment_replays_like_a_step(name):
+    """An experiment's edits may move barrier operations (the second P buffer releases V a turn
+    later; the per-warpgroup epilogue splits its barrier): its source replays as a step's does, on
+    fewer schedules. (Diagnostic experiments, wrong by design, are left out.)"""
+    exp = experiments.get(name)
+    protocol_replay.replay_many(resolve(exp.base).module, source=resolve(f"exp:{name}").path.read_text(),
+                                n_blocks=range(1, 5), seeds=range(4))
 
 
 def test_the_model_sees_every_handoff_of_the_warp_specialized_steps():

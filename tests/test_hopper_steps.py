@@ -7,6 +7,7 @@ import pytest
 from harness.compiler.compile import compile_step
 from harness.compiler.sass import expect_tx_bytes, wgmma_descriptor_layout_types
 from harness.compiler.smem_budget import SMEM_PER_CTA_LIMIT, shared_storage_bytes
+from harness.core.markers import without_markers
 from harness.core.steps import resolve, track_steps
 from harness.model.smem_model import store_costs
 
@@ -206,26 +207,64 @@ def test_h12_issues_both_gemms_of_a_turn_before_waiting_for_the_first():
     assert not any(op.startswith("WARPGROUP.DEPBAR") and re.search(r"0x1\s*;?$", op) for op in _sass_lines("h11"))
 
 
+def _writes_to_the_p_v_operand_while_it_may_run(lines) -> tuple[int, int]:
+    """(registers that an RS wgmma reads its A operand, P, from; non-wgmma writes to them between
+    the loop's DEPBAR.LE 1 and the DEPBAR.LE 0 after it, while the turn's P V may still run)."""
+    a_regs = set()
+    for op in lines:
+        m = re.match(r"HGMMA\.\S+\s+R\d+,\s*R(\d+),\s*gdesc", op)
+        if m:
+            a_regs |= {int(m.group(1)) + k for k in range(4)}      # 8 bf16 = 4 registers per k-block
+    one = next(i for i, op in enumerate(lines) if op.startswith("WARPGROUP.DEPBAR") and re.search(r"0x1\s*;?$", op))
+    zero = next(i for i in range(one, len(lines)) if lines[i].startswith("WARPGROUP.DEPBAR")
+                and re.search(r"0x0\s*;?$", lines[i]))
+    dest = re.compile(r"(?:@!?U?P\d\s+)?(?!HGMMA|WARPGROUP)\S+\s+R(\d+)\b")
+    return len(a_regs), sum(1 for op in lines[one:zero] if (m := dest.match(op)) and int(m.group(1)) in a_regs)
+
+
 @pytest.mark.parametrize("sid", ["h12", "h13", "h14"])
-def test_what_runs_under_the_turns_p_v_is_s_js_row_max(sid):
-    """What the README's h12 row claims, in the loop's SASS: between the wait that leaves P V(j-1)
-    in flight (DEPBAR.LE 1) and the wait for it (DEPBAR.LE 0) sits S_j's row max (FMNMX on the
-    score registers), and the bulk of the exponentials comes after the second wait: ptxas places
-    them there (FA4's kernel: 10 of 66). Fails if a step claims the row max under P V and the SASS
-    loses it, or if the exponentials move under P V (then the headline can say more)."""
-    lines = _sass_lines(sid)
-    le1 = [i for i, op in enumerate(lines) if op.startswith("WARPGROUP.DEPBAR") and re.search(r"0x1\s*;?$", op)]
-    assert le1, f"{sid}: no wait leaving one wgmma group in flight"
-    start = le1[0]
-    end = next(i for i in range(start, len(lines)) if lines[i].startswith("WARPGROUP.DEPBAR")
-               and re.search(r"0x0\s*;?$", lines[i]))
-    stop = next(i for i in range(end, len(lines)) if lines[i].startswith("BAR.SYNC"))   # the next turn
-    under, after = lines[start:end], lines[end:stop]
-    fmnmx_under, fmnmx_after = (sum(op.startswith("FMNMX") for op in ops) for ops in (under, after))
-    ex2_under, ex2_after = (sum(op.startswith("MUFU.EX2") for op in ops) for ops in (under, after))
-    # most of the row max under P V (h12: 59 of its 68 FMNMX, h14: 53; FA4: all 68)
-    assert fmnmx_under >= 3 * (fmnmx_under + fmnmx_after) // 4, (sid, fmnmx_under, fmnmx_after)
-    assert ex2_after > ex2_under, (sid, ex2_under, ex2_after)
+def test_no_register_of_an_in_flight_p_v_is_written(sid):
+    """P V reads P from registers (RS wgmma) asynchronously, until wait_group says it is done; ptxas
+    does not count those registers as in use until then (PTX leaves it to the program: writing them
+    earlier is undefined), so nothing but the program order keeps P's conversion behind
+    wait_group(0). In the SASS: no write to an A-operand register of the loop's HGMMA.RS between
+    the wait that leaves P V in flight and the wait for it."""
+    a_regs, writes = _writes_to_the_p_v_operand_while_it_may_run(_sass_lines(sid))
+    assert a_regs == 32 and writes == 0, (sid, a_regs, writes)   # P: 64 bf16 per thread = 32 registers
+
+
+# h12 with a second bf16 P fragment: the softmax converts P_j into it with no wait for P V(j-1),
+# the next iteration waits for P V at its top and moves the fragment into tOrP under QK^T.
+SECOND_P_FRAGMENT = (
+    ("    tOrP = cute.make_rmem_tensor_like(_acc_as_a_fragment(acc_S), dtype)\n",
+     "    tOrP = cute.make_rmem_tensor_like(_acc_as_a_fragment(acc_S), dtype)\n"
+     "    tOrP_next = cute.make_rmem_tensor_like(_acc_as_a_fragment(acc_S), dtype)\n"),
+    ("\n    tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))\n",
+     "\n    tOrP_next.store(_acc_as_a_fragment(acc_S).load().to(dtype))\n"),
+    ("        # wait: K_j landed", "        warpgroup.wait_group(0)\n        # wait: K_j landed"),
+    ("        # O rescaled to tile j-1's max", "        tOrP.store(tOrP_next.load())\n        # O rescaled to tile j-1's max"),
+    ("        warpgroup.wait_group(0)\n        # arrive: this warp's P V is done", "        # arrive: this warp's P V is done"),
+    ("        tOrP.store(_acc_as_a_fragment(acc_S).load().to(dtype))\n",
+     "        tOrP_next.store(_acc_as_a_fragment(acc_S).load().to(dtype))\n"),
+    ("    # ---- Last half tile", "    warpgroup.wait_group(0)\n    tOrP.store(tOrP_next.load())\n    # ---- Last half tile"),
+)
+
+
+def test_a_second_p_fragment_written_under_p_v_is_caught(tmp_path):
+    """The check above on a broken copy of h12 (SECOND_P_FRAGMENT) that keeps P_j in a second
+    register fragment so that the softmax need not wait for P V(j-1): register tensors are values,
+    the "move" into tOrP is no instruction, and the second fragment compiles to the very registers
+    P V(j-1) reads; ptxas compiles it without a word (no wgmma serialization either), and the check
+    counts the conversion's writes to them while P V may still run."""
+    source = without_markers(resolve("h12").path.read_text())
+    for old, new in SECOND_P_FRAGMENT:
+        assert source.count(old) == 1, f"h12 changed: update this test ({old!r})"
+        source = source.replace(old, new)
+    broken = tmp_path / "h12_second_p_fragment.py"
+    broken.write_text(source)
+    lines = [line.split("*/", 1)[1].strip() for line in compile_step(resolve(str(broken)), "sm_90a").sass.text.splitlines()
+             if re.match(r"\s+/\*[0-9a-f]{4,}\*/", line)]
+    assert _writes_to_the_p_v_operand_while_it_may_run(lines)[1] > 0
 
 
 @pytest.mark.parametrize("sid", ["h12", "h13", "h14"])

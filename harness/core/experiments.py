@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core import experiment_edits as edit_texts
+from harness.core import experiment_edits_h14 as h14_edits
 from harness.core.markers import without_markers
 from harness.core.paths import BUILD, ROOT, publish
 
@@ -81,10 +82,10 @@ EXPERIMENTS = {e.name: e for e in (
                edit_texts.pin_before_wait_edits(" " * 12, "row_max"), scratch_stores=True),
     Experiment("h14-o-in-q-tile", "h14", "h14 with O stored through Q's smem tile, as h13 stores it: the next "
                "work tile's Q loads only after the O store has read the tile, not under the last P V and the "
-               "epilogue", edit_texts.H14_O_IN_Q_TILE),
+               "epilogue", h14_edits.H14_O_IN_Q_TILE),
     Experiment("h14-tile-n-176", "h14", "exp:h14-o-in-q-tile with FA3's 128 x 176 tile: 37% more keys per K/V "
                "tile, the last one partial and masked (walked first, in reverse order), P converted in pairs",
-               edit_texts.H14_TILE_N_176),
+               h14_edits.H14_TILE_N_176),
     Experiment("h14-heads-first", "h14", "h14 with the work tiles ordered head fastest, then query block: a wave of "
                "132 CTAs spans every head of the batch instead of one or a few (batch, head) pairs, so more K/V "
                "bytes must stay in L2 at once",
@@ -96,7 +97,12 @@ EXPERIMENTS = {e.name: e for e in (
                 ("CONSUMER_REGISTERS = 240\n", "CONSUMER_REGISTERS = 232\n"))),
     Experiment("h14-balanced-tail", "h14", "h14 with the tiles of the last, partial round cut into 7 pieces along "
                "K/V, so that no SM idles for a whole tile at the end: what a balanced last wave would take, without "
-               "combining the pieces' partial results", edit_texts.H14_BALANCED_TAIL, diagnostic=True),
+               "combining the pieces' partial results", h14_edits.H14_BALANCED_TAIL, diagnostic=True),
+    Experiment("h14-warpgroup-epilogue", "h14", "h14 with one epilogue per consumer warpgroup: each writes its "
+               "64 rows of O into its own half of O's tile and stores them (a 64-row TMA store) behind its own "
+               "barrier, and warpgroup 1 hands over the next tile's first turn right after its last turn, so "
+               "warpgroup 0, a half turn ahead, starts the next work tile without waiting for warpgroup 1's epilogue",
+               h14_edits.H14_WARPGROUP_EPILOGUE),
     Experiment("h14-per-thread-descriptors", "h14",
                "h14 with the wgmma operand fragments (smem descriptors) sliced by thread index, as the "
                "ladder sliced them before: a per-thread value that ptxas moves into a uniform register "
