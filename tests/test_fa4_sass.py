@@ -143,9 +143,9 @@ def _around_the_p_v_wait(sass_text: str, opcode: str = "MUFU.EX2") -> tuple[int,
     """(``opcode`` instructions between the first DEPBAR.LE 1 and the DEPBAR.LE 0 after it, and from
     there to the loop's next HGMMA): where the softmax of an intra-warpgroup-overlapped loop really
     runs."""
+    from harness.compiler.sass import p_v_wait_window
     lines = sass_text.splitlines()
-    one = next(i for i, line in enumerate(lines) if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in line)
-    zero = next(i for i in range(one, len(lines)) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in lines[i])
+    one, zero = p_v_wait_window(lines)
     nxt = next((i for i in range(zero, len(lines)) if "HGMMA" in lines[i]), len(lines))
     return (sum(f" {opcode} " in line for line in lines[one:zero]), sum(f" {opcode} " in line for line in lines[zero:nxt]))
 

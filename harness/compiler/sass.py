@@ -169,6 +169,15 @@ _WGMMA_RE = re.compile(r"wgmma\.mma_async[^{]*\{[^}]*\}\s*,\s*(%rd\d+)\s*,\s*(%r
 _WGMMA_RS_RE = re.compile(r"wgmma\.mma_async[^{]*\{[^}]*\}\s*,\s*\{[^}]*\}\s*,\s*(%rd\d+)")
 
 
+def p_v_wait_window(lines: list[str]) -> tuple[int, int]:
+    """(i, j) in a SASS listing of an intra-warpgroup-overlapped kernel: the first wgmma wait that
+    leaves one group in flight (``WARPGROUP.DEPBAR.LE gsb0, 0x1``) and the wait for none after it
+    (``0x0``). Between them the turn's P V may still run."""
+    one = next(i for i, line in enumerate(lines) if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in line)
+    zero = next(i for i in range(one, len(lines)) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in lines[i])
+    return one, zero
+
+
 def _descriptor_immediates(ptx: str) -> dict[str, int]:
     """Descriptor register -> the immediate it was built with. A matrix descriptor is built as
     ``or/add REG, base, IMM``: the base is the smem address, the immediate everything else."""
