@@ -172,6 +172,21 @@ def test_h10_computes_each_exponential_with_one_ffma_and_one_ex2():
     assert h10["total_per_element"] < 0.5 * h09["total_per_element"] + 1
 
 
+@pytest.mark.parametrize("base", ["h08", "h14"])
+def test_stage_first_operands_add_one_immediate_per_k_block(base):
+    """exp:<base>-stage-first-operands slices K and V by ring stage before k-block: each HGMMA's
+    descriptor is then the stage's 64-bit descriptor plus an immediate (one UIADD3.64), as in FA4's
+    loop, where the step builds it from halves (UIADD3 + UMOVs). The K/V loop gets shorter."""
+    from harness.compiler.softmax_budget import budget
+    step, exp = budget(resolve(base), "sm_90a"), budget(resolve(f"exp:{base}-stage-first-operands"), "sm_90a")
+    assert not step["ambiguous"] and not exp["ambiguous"]
+    ops, exp_ops = step["opcodes"], exp["opcodes"]
+    assert ops.get("UIADD3.64", 0) == 0
+    assert exp_ops.get("UIADD3.64", 0) >= 14          # 2 GEMMs x 8 k-blocks; each first one adds nothing
+    assert exp_ops.get("UMOV", 0) * 4 < ops["UMOV"]
+    assert exp["total"] < step["total"]
+
+
 def test_h11_loads_k_and_v_on_their_own_barriers():
     """Four barrier families (k_full, k_empty, v_full, v_empty), each expect-tx one tile (a K or a V,
     never the pair), and K_{j+1}'s copy issued before V_j's in the producer loop."""

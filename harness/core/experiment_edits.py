@@ -2,6 +2,8 @@
 base step, what question, which of these edits). Each edit is an exact (old, new) pair of step-file
 text; ``old`` must occur once in the base file, markers stripped (harness/core/markers.py)."""
 
+import re
+
 # --- edits shared by h04 and h05 (their main loops are the same text) ---------------------------
 
 _LOAD_KV = """        if warp_idx == 0:
@@ -231,6 +233,17 @@ def per_thread_descriptors(tidx: str):
              "    tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))\n"
              "    tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sK))\n"
              "    tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt))\n"),)
+
+# A staged wgmma operand sliced by its ring stage before its k-block: tSrK[None, None, None, stage]
+# [None, None, kb] for tSrK[None, None, kb, stage]. The same descriptors; sliced stage first, the
+# stage's 64-bit descriptor is built once per GEMM and each k-block adds an immediate to it
+# (UIADD3.64), where k first costs three per HGMMA (UIADD3 for the low half, two UMOVs to place
+# both halves). Each line is one whole gemm line of the base step, with its indentation.
+def stage_first_operands(*lines: str):
+    return tuple(("\n" + line, "\n" + re.sub(r"(\w+)\[None, None, kb, (\w+)\]",
+                                               r"\1[None, None, None, \2][None, None, kb]", line))
+                 for line in lines)
+
 
 # b12 with no setmaxnreg: the three setmaxregister calls gone, and the launch without
 # .minnctapersm 1 (which b12 adds only so that ptxas honours them), as b11 launches; its facts

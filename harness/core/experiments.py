@@ -107,6 +107,24 @@ EXPERIMENTS = {e.name: e for e in (
                "h14 with the wgmma operand fragments (smem descriptors) sliced by thread index, as the "
                "ladder sliced them before: a per-thread value that ptxas moves into a uniform register "
                "(R2UR) before each HGMMA", edit_texts.per_thread_descriptors("mma_tidx")),
+    Experiment("h14-stage-first-operands", "h14",
+               "h14 with the staged wgmma operands (K, V) sliced by ring stage before k-block: each GEMM "
+               "builds its stage's 64-bit descriptor once and adds an immediate per k-block (UIADD3.64), "
+               "as FA4's loop does, instead of rebuilding it per HGMMA",
+               edit_texts.stage_first_operands(
+                   "            cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb, stage], acc_S)\n",
+                   "                cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb, stage], acc_S)\n",
+                   "                cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, prev_stage], "
+                   "acc_O)\n",
+                   "            cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, last_stage], "
+                   "acc_O)\n")),
+    Experiment("h08-stage-first-operands", "h08",
+               "h08 with the staged wgmma operands (K, V) sliced by ring stage before k-block, the first "
+               "step whose operands carry a stage: one 64-bit descriptor per GEMM plus an immediate per "
+               "k-block (UIADD3.64) instead of one rebuilt per HGMMA",
+               edit_texts.stage_first_operands(
+                   "            cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb, stage], acc_S)\n",
+                   "            cute.gemm(tiled_mma_pv, acc_O, tOrP[None, None, kb], tOrVt[None, None, kb, stage], acc_O)\n")),
     Experiment("h06-per-thread-descriptors", "h06",
                "h06 with the wgmma operand fragments sliced by thread index, as the ladder sliced them "
                "before: the first step where that costs an R2UR before each HGMMA",

@@ -16,8 +16,8 @@ still being read.
 
 Expect (arithmetic): on its own, little. With two stages and one CTA per SM, loads are already
 mostly hidden (h08); what is left is how early K_{j+2} can start (one softmax and one P V earlier)
-and QK^T_j no longer waiting for V_j's 32 KB. exp:h08-split-kv, the same change on h08, measured
-a few percent (its block in the writeup). Expect 0 to +6% over h10: an enabler.
+and QK^T_j no longer waiting for V_j's 32 KB. exp:h08-split-kv is the same change on h08 (its
+block in h08's writeup). Expect 0 to +6% over h10: an enabler.
 
 Evidence: ``ladder sass h11 --against h10``; tests/test_hopper_steps.py (K and V expect-tx counts
 one tile each, four barrier families); tests/test_barrier_protocol.py (both pipelines replayed
