@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.table import Table
 
 from harness.cli.common import console
-from harness.compiler import ptx_lint, softmax_budget
+from harness.compiler import mma_issue, ptx_lint, softmax_budget
 from harness.compiler.compile import compile_step, cubin_facts, fresh_cubin_facts
 from harness.compiler.sass import MECHANISMS
 from harness.compiler.smem_budget import shared_storage_bytes
@@ -105,6 +105,19 @@ def _budget_table(step: Step, arch: str, against: Step | None) -> int:
     return 1 if any(b["ambiguous"] for b in budgets) else 0
 
 
+def _mma_gaps_table(step: Step, against: Step | None) -> int:
+    """The MMA warp's issue path (harness/compiler/mma_issue.py) beside FA4's, sm_100a."""
+    with console.status("compiling (FA4's kernel too; no GPU needed)..."):
+        headers, rows = mma_issue.rows(mma_issue.readings(step, against))
+    table = Table(title="tcgen05 MMA issue path on sm_100a: instructions between consecutive MMAs, local memory")
+    for h in headers:
+        table.add_column(h, justify="left" if h == headers[0] else "right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    return 0
+
+
 def cmd_sass(args) -> int:
     step = resolve(args.step)
     against = resolve(args.against) if args.against else None
@@ -118,6 +131,10 @@ def cmd_sass(args) -> int:
             code |= _budget_table(step, arch, against if against and arch in against.info.archs else None)
         if args.full:
             print(compile_step(step, arch).sass.text)
+    if args.mma_gaps:
+        if "sm_100a" not in step.info.archs:
+            raise ValueError(f"--mma-gaps reads tcgen05 MMAs: {step.id} has no sm_100a build")
+        code |= _mma_gaps_table(step, against if against and "sm_100a" in against.info.archs else None)
     return code
 
 
@@ -195,6 +212,8 @@ def add_commands(sub) -> None:
     s.add_argument("--arch", choices=("sm_90a", "sm_100a"))
     s.add_argument("--full", action="store_true", help="also print the whole disassembly")
     s.add_argument("--budget", action="store_true", help="also the softmax budget: main-loop instructions per score element")
+    s.add_argument("--mma-gaps", action="store_true",
+                   help="also the tcgen05 MMA issue path beside FA4's: instructions between MMAs, local memory (sm_100a)")
     s.set_defaults(fn=cmd_sass)
     s = sub.add_parser("bound", help="what bounds a step: cycles per K/V tile of each SM unit, from its SASS, "
                                      "combined by its overlap structure; predicted fraction of FA4 (any machine)")

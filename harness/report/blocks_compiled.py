@@ -1,9 +1,10 @@
 """Generated blocks read from the compiled kernels and their source (any machine, no GPU):
 ``sass <step> [<against>]``, ``roles <step>``, ``tmem <step>``, ``code <step> [<against>]``,
-``budget <step> ...``."""
+``budget <step> ...``, ``mma-gaps <step>``."""
 
 from __future__ import annotations
 
+from harness.compiler import mma_issue
 from harness.compiler import softmax_budget as sb
 from harness.compiler.compile import compile_step
 from harness.compiler.sass import MECHANISMS, ROLE_OPCODES, register_regions
@@ -157,4 +158,15 @@ def budget_block(*step_ids: str) -> str:
     return "\n".join(out) + "\n"
 
 
-BLOCKS = {"sass": sass_block, "roles": roles_block, "tmem": tmem_block, "code": code_block, "budget": budget_block}
+def mma_gaps_block(step_id: str) -> str:
+    """The MMA warp's issue path (harness/compiler/mma_issue.py) beside FA4's sm100 kernel in the
+    step's CTA-group choice, both built by the same ptxas."""
+    step = resolve(step_id)
+    headers, rows = mma_issue.rows(mma_issue.readings(step))
+    return (markdown_table(rows, headers) + "\n\nStatic counts from the SASS, program order (`ladder sass "
+            f"{step.id} --mma-gaps`); FA4's kernel from flash-attn-4 for the same workload. "
+            + built_by([compile_step(step, "sm_100a")]) + "\n")
+
+
+BLOCKS = {"sass": sass_block, "roles": roles_block, "tmem": tmem_block, "code": code_block, "budget": budget_block,
+          "mma-gaps": mma_gaps_block}
