@@ -51,7 +51,12 @@ def test_h02_descriptors_are_unswizzled():
     assert len(pairs) == 16 and set(pairs) == {(INTERLEAVE, INTERLEAVE)}
 
 
-@pytest.mark.parametrize("step", [s for s in HOPPER if s.number >= 3], ids=lambda s: s.id)
+# The stage-first experiments build each k-block's descriptor as the stage's plus an offset: the
+# reader must follow that add to the layout bits (harness/compiler/sass.py).
+STAGE_FIRST = [resolve(f"exp:{base}-stage-first-operands") for base in ("h08", "h14")]
+
+
+@pytest.mark.parametrize("step", [s for s in HOPPER if s.number >= 3] + STAGE_FIRST, ids=lambda s: s.id)
 def test_descriptors_use_the_128b_swizzle_for_q_k_v(step):
     types = wgmma_descriptor_layout_types(compile_step(step, "sm_90a").ptx.read_text())
     s_gemm = list(zip(types[0:16:2], types[1:16:2], strict=True))

@@ -186,10 +186,24 @@ def _descriptor_immediates(ptx: str) -> dict[str, int]:
     # (address) changes, the high half (layout type among it) is split off a built descriptor.
     high_of = {hi: src for hi, src in re.findall(r"mov\.b64\s+\{%r\d+,\s*(%r\d+)\},\s*(%rd\d+);", ptx)}
     joined = dict(re.findall(r"mov\.b64\s+(%rd\d+),\s*\{%r\d+,\s*(%r\d+)\};", ptx))
+    # ... or the high half is a constant (h12 on: the layout type among it).
+    high_imm = dict(re.findall(r"mov\.b32\s+(%r\d+),\s*(\d+);", ptx))
     for rd, hi in joined.items():
         if rd not in defs and high_of.get(hi) in defs:
             defs[rd] = defs[high_of[hi]]
-    return {reg: int(value) for reg, value in defs.items()}
+        elif rd not in defs and hi in high_imm:
+            defs[rd] = int(high_imm[hi]) << 32
+    defs = {reg: int(value) for reg, value in defs.items()}
+    # A k-block of a stage's slice: ``add.s64 REG, STAGE_DESC, OFFSET`` adds the k-block's address
+    # offset to a descriptor built above (h08 on), so it carries that descriptor's layout.
+    offsets = re.findall(r"add\.s64\s+(%rd\d+),\s*(%rd\d+),\s*(\d+);", ptx)
+    for _ in range(len(offsets)):
+        added = {rd: defs[src] + int(off) for rd, src, off in offsets
+                 if src in defs and int(off) < 1 << 32 and defs.get(rd) != defs[src] + int(off)}
+        if not added:
+            break
+        defs.update(added)
+    return defs
 
 
 def _resolve(regs: list[str], defs: dict[str, int], what: str) -> list[int]:
