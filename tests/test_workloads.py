@@ -20,3 +20,19 @@ def test_seeds_and_sampled_rows_do_not_depend_on_the_process():
     assert len(draws) == 1, draws
     seeds = [workloads.stable_seed(c.name) for c in workloads.NUMERICS_CASES]
     assert len(set(seeds)) == len(seeds)          # each case its own inputs
+
+
+def test_b14s_selfcheck_shapes_leave_most_clusters_without_a_work_tile():
+    """README "Running on a B200": b14's selfcheck cases have fewer work tiles than b14 has clusters
+    (idle clusters must still set up and exit cleanly); the table's numerics add one with more."""
+    from harness.core.steps import resolve
+    step = resolve("b14")
+    clusters = step.module.GRID_CTAS // step.info.extra["cta_group"]
+
+    def work_tiles(case):
+        batch, seqlen, heads, _ = case.shape_for(step.info)
+        return batch * heads * seqlen // workloads.rows_per_cluster(step.info)
+
+    tiny = [work_tiles(case) for case in workloads.TINY_CASES]
+    assert tiny[0] == 1 and max(tiny) < clusters
+    assert max(work_tiles(case) for case in workloads.NUMERICS_CASES) > clusters
