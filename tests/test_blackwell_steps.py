@@ -231,6 +231,17 @@ def test_b04_loads_only_by_tma_with_expect_tx_equal_to_what_the_copies_deliver()
     assert sorted(set(sass.expect_tx_bytes(report.ptx.read_text()))) == [tile, 2 * tile]
 
 
+@pytest.mark.parametrize("step", [s for s in BLACKWELL if s.number >= 4], ids=lambda s: s.id)
+def test_tma_steps_prefetch_each_descriptor_once(step):
+    """From b04 on, warp 0 prefetches the three TMA descriptors (Q, K, V) into the descriptor cache
+    at the kernel's start, as FA4 does: one prefetch.tensormap each in the PTX, one UTMACCTL.PF
+    each in the SASS."""
+    report = compile_step(step, ARCH)
+    ptx = report.ptx.read_text()
+    assert len(re.findall(r"prefetch\.tensormap", ptx)) == 3
+    assert report.sass.opcodes["UTMACCTL.PF"] == 3
+
+
 def test_b05_tmem_map_is_s0_s1_o0_o1_using_exactly_512_columns():
     module = resolve("b05").module
     tmem_map = module.INFO.extra["tmem_map"]
