@@ -238,7 +238,10 @@ def test_tma_steps_prefetch_each_descriptor_once(step):
     each in the SASS."""
     report = compile_step(step, ARCH)
     ptx = report.ptx.read_text()
-    assert len(re.findall(r"prefetch\.tensormap", ptx)) == 3
+    param_of = dict(re.findall(r"cvta\.param\.u64\s+(%rd\d+),\s*(%rd\d+);", ptx))
+    prefetched = [param_of.get(r) for r in re.findall(r"prefetch\.tensormap\s+\[(%rd\d+)\]", ptx)]
+    copied = {param_of.get(r) for r in re.findall(r"cp\.async\.bulk\.tensor[^\[]*\[[^\]]*\],\s*\[(%rd\d+),", ptx)}
+    assert len(prefetched) == 3 and set(prefetched) == copied          # each copy's descriptor, once
     assert report.sass.opcodes["UTMACCTL.PF"] == 3
 
 

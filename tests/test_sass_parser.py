@@ -2,6 +2,8 @@
 
 from collections import Counter
 
+import pytest
+
 from harness.compiler.sass import _INSTR_RE, mechanism_counts, target_arch
 
 SAMPLE = """
@@ -112,3 +114,31 @@ def test_the_machine_code_digest_reads_only_the_text_sections():
         changed = bytearray(data)
         changed[section(prefix)[4] + 8] ^= 0xFF
         assert (machine_code_digest(bytes(changed)) != digest) == changes, prefix
+
+
+_WGMMA = "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%r1, %r2}, %rd5, %rd6, p, 1,  1, 0, 0;\n"
+_BUILT = "or.b64 \t%rd3, %rd2, 4611686293305360384;\n"          # a full descriptor: layout 1 (128B swizzle)
+
+
+def test_descriptor_reader_follows_a_k_block_offset_and_a_constant_high_half():
+    """The stage-first form (a stage descriptor plus a k-block offset) and a descriptor whose high
+    half is a constant resolve to their layout type for wgmma; UMMA, which also decodes low-half
+    fields, refuses the constant-high-half form instead of guessing them."""
+    from harness.compiler.sass import umma_descriptors, wgmma_descriptor_layout_types
+    ptx = (_BUILT + "add.s64 \t%rd5, %rd3, 2;\n" + "mov.b32 \t%r9, 1073741888;\n"
+           + "mov.b64 \t%rd6, {%r8, %r9};\n" + _WGMMA)
+    assert wgmma_descriptor_layout_types(ptx) == [1, 1]
+    umma = "tcgen05.mma.cta_group::1.kind::f16 [%r7], %rd6, %rd5, %r4, p;\n"
+    with pytest.raises(ValueError, match="not built from an immediate"):
+        umma_descriptors(ptx.replace(_WGMMA, umma))
+
+
+@pytest.mark.parametrize("case", ["offset on an unknown base", "register defined twice"])
+def test_descriptor_reader_fails_rather_than_guessing(case):
+    from harness.compiler.sass import wgmma_descriptor_layout_types
+    if case == "offset on an unknown base":       # the bare offset is not a descriptor (it would read as layout 0)
+        ptx = "ld.param.u64 \t%rd3, [p];\n" + "add.s64 \t%rd5, %rd3, 2;\nadd.s64 \t%rd6, %rd3, 4;\n" + _WGMMA
+    else:                                         # which definition reaches the wgmma is not read here
+        ptx = _BUILT + "add.s64 \t%rd5, %rd3, 2;\nadd.s64 \t%rd6, %rd3, 4;\nld.param.u64 \t%rd6, [p];\n" + _WGMMA
+    with pytest.raises(ValueError, match="not built from an immediate"):
+        wgmma_descriptor_layout_types(ptx)

@@ -31,7 +31,8 @@ class MmaIssue:
     loop_label: str | None          # the MMA warp's K/V loop: the innermost loop holding MMAs
     loop_instructions: int | None   # its instructions, waits' retry blocks included (None: no such loop found)
     loop_local: int | None          # LDL/STL in it
-    softmax_local: int              # LDL/STL in the softmax's K/V loop (the loop with the most MUFU.EX2)
+    loop_gap: int | None            # the largest gap paid every K/V tile: in the MMA loop, wrap-around included
+    softmax_local: int | None       # LDL/STL in the softmax's K/V loop (the loop with the most MUFU.EX2)
     local_total: int                # LDL/STL anywhere in the kernel
 
     def bins(self) -> list[int]:
@@ -62,7 +63,17 @@ def read(sass_text: str) -> MmaIssue:
     return MmaIssue(mmas=len(at), gaps=gaps, loop_label=loop.label if loop else None,
                     loop_instructions=len(body) if loop else None,
                     loop_local=_count(body, LOCAL_MEMORY) if loop else None,
-                    softmax_local=_count(soft_body, LOCAL_MEMORY), local_total=_count(instrs, LOCAL_MEMORY))
+                    loop_gap=_largest_loop_gap(loop.inline) if loop else None,
+                    softmax_local=_count(soft_body, LOCAL_MEMORY) if softmax else None,
+                    local_total=_count(instrs, LOCAL_MEMORY))
+
+
+def _largest_loop_gap(inline) -> int:
+    """The largest run of non-MMA instructions one pass of the loop issues between two MMAs,
+    counting the run from the last MMA round the back edge to the first."""
+    at = [k for k, i in enumerate(inline) if i.opcode.startswith(MMA_PREFIX)]
+    inside = [b - a - 1 for a, b in zip(at, at[1:], strict=False)]
+    return max([*inside, len(inline) - 1 - at[-1] + at[0]])
 
 
 def _or_none(value: int | None) -> str:
@@ -76,10 +87,11 @@ def rows(readings: dict[str, MmaIssue]) -> tuple[list[str], list[list[str]]]:
             for k, (lo, hi) in enumerate(BINS)]
     body += [
         [f"share of gaps <= {SHORT_GAP}", *(f"{r.short_share:.0%}" for r in readings.values())],
-        ["largest gap (program order)", *(str(max(r.gaps, default=0)) for r in readings.values())],
+        ["largest gap (program order, prologue included)", *(str(max(r.gaps, default=0)) for r in readings.values())],
+        ["largest gap paid every K/V tile (MMA loop)", *(_or_none(r.loop_gap) for r in readings.values())],
         ["MMA loop instructions (K/V tile)", *(_or_none(r.loop_instructions) for r in readings.values())],
         ["LDL/STL in the MMA loop", *(_or_none(r.loop_local) for r in readings.values())],
-        ["LDL/STL in the softmax loop", *(str(r.softmax_local) for r in readings.values())],
+        ["LDL/STL in the softmax loop", *(_or_none(r.softmax_local) for r in readings.values())],
         ["LDL/STL in the kernel", *(str(r.local_total) for r in readings.values())],
     ]
     return headers, body

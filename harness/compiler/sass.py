@@ -178,10 +178,17 @@ def p_v_wait_window(lines: list[str]) -> tuple[int, int]:
     return one, zero
 
 
-def _descriptor_immediates(ptx: str) -> dict[str, int]:
+def _descriptor_immediates(ptx: str, layout_only: bool = False) -> dict[str, int]:
     """Descriptor register -> the immediate it was built with. A matrix descriptor is built as
-    ``or/add REG, base, IMM``: the base is the smem address, the immediate everything else."""
-    defs = dict(re.findall(r"(?:or\.b64|add\.s64)\s+(%rd\d+),\s*%rd\d+,\s*(\d+);", ptx))
+    ``or/add REG, base, IMM``: the base is the smem address, the immediate (>= 2**32: the high half
+    is never zero) everything else. A register defined more than once is left out (PTX is not
+    single-assignment: which definition reaches the MMA is not read here), so it fails to resolve.
+    ``layout_only``: also accept descriptors whose high half is a constant and whose low half is
+    computed (their layout bits are known, their low-half fields, such as UMMA's LBO, are not)."""
+    defined = re.findall(r"^\s*[\w.]+\s+(%r[d]?\d+)\s*,", ptx, flags=re.MULTILINE)
+    once = {reg for reg in defined if defined.count(reg) == 1}
+    defs = {rd: int(imm) for rd, imm in re.findall(r"(?:or\.b64|add\.s64)\s+(%rd\d+),\s*%rd\d+,\s*(\d+);", ptx)
+            if int(imm) >= 1 << 32}
     # A descriptor indexed at run time (a ring stage) is rebuilt from 32-bit halves: the low half
     # (address) changes, the high half (layout type among it) is split off a built descriptor.
     high_of = {hi: src for hi, src in re.findall(r"mov\.b64\s+\{%r\d+,\s*(%r\d+)\},\s*(%rd\d+);", ptx)}
@@ -191,19 +198,18 @@ def _descriptor_immediates(ptx: str) -> dict[str, int]:
     for rd, hi in joined.items():
         if rd not in defs and high_of.get(hi) in defs:
             defs[rd] = defs[high_of[hi]]
-        elif rd not in defs and hi in high_imm:
+        elif rd not in defs and layout_only and hi in high_imm and hi in once:
             defs[rd] = int(high_imm[hi]) << 32
-    defs = {reg: int(value) for reg, value in defs.items()}
     # A k-block of a stage's slice: ``add.s64 REG, STAGE_DESC, OFFSET`` adds the k-block's address
-    # offset to a descriptor built above (h08 on), so it carries that descriptor's layout.
-    offsets = re.findall(r"add\.s64\s+(%rd\d+),\s*(%rd\d+),\s*(\d+);", ptx)
+    # offset to a descriptor resolved above (h08 on), so it carries that descriptor's fields.
+    offsets = [(rd, src, int(off)) for rd, src, off in re.findall(r"add\.s64\s+(%rd\d+),\s*(%rd\d+),\s*(\d+);", ptx)
+               if int(off) < 1 << 32]
     for _ in range(len(offsets)):
-        added = {rd: defs[src] + int(off) for rd, src, off in offsets
-                 if src in defs and int(off) < 1 << 32 and defs.get(rd) != defs[src] + int(off)}
+        added = {rd: defs[src] + off for rd, src, off in offsets if src in defs and defs.get(rd) != defs[src] + off}
         if not added:
             break
         defs.update(added)
-    return defs
+    return {reg: value for reg, value in defs.items() if reg in once}
 
 
 def _resolve(regs: list[str], defs: dict[str, int], what: str) -> list[int]:
@@ -216,7 +222,7 @@ def _resolve(regs: list[str], defs: dict[str, int], what: str) -> list[int]:
 def wgmma_descriptor_layout_types(ptx: str) -> list[int]:
     """The layout type of every smem descriptor operand of every wgmma in ``ptx``."""
     regs = [r for pair in _WGMMA_RE.findall(ptx) for r in pair] + _WGMMA_RS_RE.findall(ptx)
-    return [(imm >> 62) & 3 for imm in _resolve(regs, _descriptor_immediates(ptx), "wgmma")]
+    return [(imm >> 62) & 3 for imm in _resolve(regs, _descriptor_immediates(ptx, layout_only=True), "wgmma")]
 
 
 # tcgen05.mma (UMMA) smem descriptors (PTX), sm_100 format: bits 16-29 the leading-dimension byte

@@ -237,8 +237,8 @@ def per_thread_descriptors(tidx: str):
 # A staged wgmma operand sliced by its ring stage before its k-block: tSrK[None, None, None, stage]
 # [None, None, kb] for tSrK[None, None, kb, stage]. The same descriptors; sliced stage first, the
 # stage's 64-bit descriptor is built once per GEMM and each k-block adds an immediate to it
-# (UIADD3.64), where k first costs three per HGMMA (UIADD3 for the low half, two UMOVs to place
-# both halves). Each line is one whole gemm line of the base step, with its indentation.
+# (UIADD3.64), where k first costs two or three per HGMMA (UIADD3 or ULOP3 for the low half, and
+# UMOVs to place the halves). Each line is one whole gemm line of the base step, with its indentation.
 def stage_first_operands(*lines: str):
     return tuple(("\n" + line, "\n" + re.sub(r"(\w+)\[None, None, kb, (\w+)\]",
                                                r"\1[None, None, None, \2][None, None, kb]", line))

@@ -27,8 +27,9 @@ from ladder.contract import ARCH_CAPABILITY
 
 
 def results_block(step_id: str) -> str:
+    """A step's measured row per GPU, or an experiment's (``exp:<name>``): fractions per seqlen."""
     step = resolve(step_id)
-    rows = results.latest_for(step.id)
+    rows = results.latest_for(step.id, "experiments" if step_id.startswith("exp:") else "rows")
     out = []
     stale = {gpu: results.stale_reason(step, row) for gpu, row in rows.items() if results.is_stale(step, row)}
     for gpu, reason in stale.items():

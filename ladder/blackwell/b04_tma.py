@@ -9,9 +9,10 @@ TMA's writes count it down, and every thread waits for the barrier's phase. The 
 proxy fence that published the threads' stores before the S MMAs go with them. Without that
 barrier, b03's one MMA mbarrier (completing twice per tile) could run two phases ahead of a slow
 warp, so the S and the P V MMAs now complete on mbarriers of their own (s_done, o_done), one
-phase per tile each. The three TMA descriptors live in global memory, built on the host; warp 0
-prefetches them into the descriptor cache at the kernel's start (``prefetch.tensormap``, SASS
-``UTMACCTL.PF``), as FA4 does, so the first copies do not wait to fetch them. This is an *enabler*.
+phase per tile each. The three TMA descriptors are kernel parameters (grid constants) built on
+the host; warp 0 prefetches them into the descriptor cache at the kernel's start
+(``prefetch.tensormap``, SASS ``UTMACCTL.PF``), as FA4 does, so the first copies do not wait to
+fetch them. This is an *enabler*.
 
 Why: a synchronous copy costs every thread registers and issue slots, and stalls all of them on
 their own loads. TMA takes address generation and the copy off the SM's threads, and it is the
@@ -183,7 +184,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
            tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, SharedStorage: cutlass.Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-    # Prefetch the TMA descriptors (built on the host, in global memory) into the descriptor cache
+    # Prefetch the TMA descriptors (kernel parameters, built on the host) into the descriptor cache
     # now, so that the first copies do not wait to fetch them, as FA4 does: one warp, once per CTA.
     if warp_idx == 0:
         for atom in (tma_Q, tma_K, tma_V):

@@ -216,7 +216,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
            tiled_mma: cute.TiledMma, tiled_mma_pv: cute.TiledMma, SharedStorage: cutlass.Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-    # Prefetch the TMA descriptors (built on the host, in global memory) into the descriptor cache
+    # Prefetch the TMA descriptors (kernel parameters, built on the host) into the descriptor cache
     # now, so that the first copies do not wait to fetch them, as FA4 does: one warp, once per CTA.
     if warp_idx == 0:
         for atom in (tma_Q, tma_K, tma_V):
