@@ -9,13 +9,12 @@ from pathlib import Path
 
 from rich.table import Table
 
-from harness.cli.common import console
+from harness.cli.common import console, shown
 from harness.compiler import mma_issue, ptx_lint, softmax_budget
 from harness.compiler.compile import compile_step, cubin_facts, fresh_cubin_facts
 from harness.compiler.sass import MECHANISMS
 from harness.compiler.smem_budget import shared_storage_bytes
 from harness.core import results, toolchain
-from harness.core.paths import ROOT
 from harness.core.provenance import collect, version_of
 from harness.core.steps import Step, discover, resolve
 from harness.model import bound, units
@@ -72,7 +71,7 @@ def sass_table(step: Step, arch: str, against: Step | None) -> int:
     claim = ", ".join(step.info.sass_present) + ("; none of " + ", ".join(step.info.sass_absent) if step.info.sass_absent else "")
     console.print(f"binary target: {report.sass.target}; built by ptxas {report.sass.ptxas} (the CuTe DSL's "
                   f"{toolchain.dsl_flavor()} build); compiled in {report.compile_seconds:.1f} s; "
-                  f"cubin: {report.cubin.relative_to(ROOT)}")
+                  f"cubin: {shown(report.cubin)}")
     if arch == "sm_100a" and step.info.tmem_cols:
         ptx = report.ptx.read_text()
         hazards = ptx_lint.tcgen05_ld_early_uses(ptx) + ptx_lint.tcgen05_st_unfenced_handoffs(ptx)
