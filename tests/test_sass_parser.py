@@ -133,12 +133,14 @@ def test_descriptor_reader_follows_a_k_block_offset_and_a_constant_high_half():
         umma_descriptors(ptx.replace(_WGMMA, umma))
 
 
-@pytest.mark.parametrize("case", ["offset on an unknown base", "register defined twice"])
+@pytest.mark.parametrize("case", ["offset on an unknown base", "register defined twice", "predicated redefinition"])
 def test_descriptor_reader_fails_rather_than_guessing(case):
     from harness.compiler.sass import wgmma_descriptor_layout_types
     if case == "offset on an unknown base":       # the bare offset is not a descriptor (it would read as layout 0)
         ptx = "ld.param.u64 \t%rd3, [p];\n" + "add.s64 \t%rd5, %rd3, 2;\nadd.s64 \t%rd6, %rd3, 4;\n" + _WGMMA
-    else:                                         # which definition reaches the wgmma is not read here
+    elif case == "register defined twice":        # which definition reaches the wgmma is not read here
         ptx = _BUILT + "add.s64 \t%rd5, %rd3, 2;\nadd.s64 \t%rd6, %rd3, 4;\nld.param.u64 \t%rd6, [p];\n" + _WGMMA
+    else:                                         # a guarded definition is a definition too
+        ptx = _BUILT + "add.s64 \t%rd5, %rd3, 2;\nadd.s64 \t%rd6, %rd3, 4;\n@%p1 ld.param.u64 \t%rd6, [p];\n" + _WGMMA
     with pytest.raises(ValueError, match="not built from an immediate"):
         wgmma_descriptor_layout_types(ptx)

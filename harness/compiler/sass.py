@@ -185,7 +185,8 @@ def _descriptor_immediates(ptx: str, layout_only: bool = False) -> dict[str, int
     single-assignment: which definition reaches the MMA is not read here), so it fails to resolve.
     ``layout_only``: also accept descriptors whose high half is a constant and whose low half is
     computed (their layout bits are known, their low-half fields, such as UMMA's LBO, are not)."""
-    defined = re.findall(r"^\s*[\w.]+\s+(%r[d]?\d+)\s*,", ptx, flags=re.MULTILINE)
+    defined = re.findall(r"^\s*(?:@!?%?\w+\s+)?[\w.]+\s+(%r[d]?\d+)\s*,", ptx, flags=re.MULTILINE)
+    defined += [r for pair in re.findall(r"mov\.b64\s+\{(%r\d+),\s*(%r\d+)\}", ptx) for r in pair]
     once = {reg for reg in defined if defined.count(reg) == 1}
     defs = {rd: int(imm) for rd, imm in re.findall(r"(?:or\.b64|add\.s64)\s+(%rd\d+),\s*%rd\d+,\s*(\d+);", ptx)
             if int(imm) >= 1 << 32}
