@@ -8,6 +8,7 @@ the second is twice the fp32 rounding noise at the output's magnitude.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -38,8 +39,16 @@ def fa4_bound(ref32: torch.Tensor, ref_bf16: torch.Tensor) -> float:
     return 2 * bf16_error + 2 * fp32_noise
 
 
+# Set (by harness/gpu/isolate.py) under compute-sanitizer: the reference is then computed on the
+# CPU, so the only GPU kernels the sanitizer sees are the step's (racecheck reports hazards inside
+# cuBLAS's TMA GEMMs on some shapes, and its kernel filters break its handling of the steps').
+CPU_REFERENCE_ENV = "LADDER_CPU_REFERENCE"
+
+
 def check_output(out, q, k, v, softmax_scale=None, rows=None) -> NumericsResult:
     """Judge ``out`` (b, s, h, d) by FA4's rule; with ``rows``, only those query rows."""
+    if os.environ.get(CPU_REFERENCE_ENV):
+        out, q, k, v = (t.cpu() for t in (out, q, k, v))
     ref32 = attention_ref(q, k, v, softmax_scale, dtype=torch.float32, rows=rows)
     ref16 = attention_ref(q, k, v, softmax_scale, dtype=torch.bfloat16, rows=rows)
     got = (out if rows is None else out[:, rows]).float()

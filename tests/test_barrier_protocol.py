@@ -1,7 +1,8 @@
 """Every mbarrier of every step, read from the kernel's source (harness/model/protocol.py) and replayed
 under random schedules: no deadlock, every wait passes on the completion it is meant for, every
-asynchronous arrive (tcgen05.commit, a copy's bytes) is waited for before the CTA exits; b13's
-two CTAs are replayed together as one cluster. The arrival counts the model reads from the source
+asynchronous arrive (tcgen05.commit, a copy's bytes, another CTA's arrive) is waited for, or ordered
+by a cluster barrier, before the CTA it lands in exits; b13's two CTAs, and the Hopper cluster
+experiment's, are replayed together as one cluster. The arrival counts the model reads from the source
 are the ones the compiled PTX initialises.
 
 The model must be able to fail: each broken copy below is a bug a kernel could have (three of
@@ -34,9 +35,38 @@ def test_each_experiment_replays_like_a_step(name):
     """An experiment's edits may move barrier operations (the second P buffer releases V a turn
     later; the per-warpgroup epilogue splits its barrier): its source replays as a step's does, on
     fewer schedules. (Diagnostic experiments, wrong by design, are left out.)"""
-    exp = experiments.get(name)
-    protocol_replay.replay_many(resolve(exp.base).module, source=resolve(f"exp:{name}").path.read_text(),
-                                n_blocks=range(1, 5), seeds=range(4))
+    step = resolve(f"exp:{name}")       # its own module: an edit may add constants (CLUSTER_CTAS)
+    protocol_replay.replay_many(step.module, source=step.path.read_text(), n_blocks=range(1, 5), seeds=range(4))
+
+
+# exp:h14-cluster-multicast: a Hopper cluster (K and V multicast into both CTAs, releases on both
+# CTAs' empty barriers through mapa), each broken the way a cluster kernel can be.
+_CLUSTER_EXIT = "    cute.arch.cluster_arrive()\n    cute.arch.cluster_wait()\n"
+_CLUSTER_BROKEN = {
+    "no cluster barrier before exit": (_CLUSTER_EXIT, "", "nothing orders it before that CTA's exit"),
+    "V multicast to its own CTA only": ("tma_bar_ptr=v_full + stage, mcast_mask=cutlass.Int16(BOTH_CTAS)",
+                                        "tma_bar_ptr=v_full + stage, mcast_mask=cutlass.Int16(1)", "deadlock"),
+    "empty barriers count one CTA's consumers": (
+        "cute.arch.mbarrier_init(empty + stage, CLUSTER_CTAS * NUM_CONSUMER_WARPS)",
+        "cute.arch.mbarrier_init(empty + stage, NUM_CONSUMER_WARPS)", "deadlock"),
+    "a CTA barrier where the cluster barrier belongs": (
+        "    cute.arch.cluster_arrive_relaxed()\n    cute.arch.cluster_wait()\n", "    cute.arch.sync_threads()\n",
+        "may not be initialised yet"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_CLUSTER_BROKEN))
+def test_the_cluster_model_fails_on_a_broken_cluster(case):
+    """The multicast copies land on both CTAs' barriers, remote arrives must be ordered before the
+    target CTA's exit, and remote traffic before the cluster barrier after init is caught."""
+    step = resolve("exp:h14-cluster-multicast")
+    source = step.path.read_text()
+    protocol_replay.replay_many(step.module, source=source, n_blocks=range(1, 4), seeds=range(3))
+    old, new, message = _CLUSTER_BROKEN[case]
+    assert source.count(old) == 1
+    with pytest.raises(ProtocolError, match=message):
+        protocol_replay.replay_many(step.module, source=source.replace(old, new), n_blocks=range(1, 4),
+                                    seeds=range(3))
 
 
 def test_the_model_sees_every_handoff_of_the_warp_specialized_steps():

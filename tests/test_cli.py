@@ -4,7 +4,7 @@ import pytest
 
 from harness import cli
 from harness.cli import common as cli_common
-from harness.core.steps import discover
+from harness.core.steps import discover, resolve
 
 pytestmark = pytest.mark.skipif(cli_common.gpu()[0] is not None, reason="CPU-machine behaviour of the CLI")
 
@@ -125,3 +125,27 @@ def test_sass_b11_against_b08_shows_the_mma_order_the_ex2_count_and_ffma2(capsys
     ex2 = next(line for line in out.splitlines() if "MUFU.EX2" in line)
     assert "129" in ex2 and "113" in ex2 and "-16" in ex2
     assert any("FFMA2" in line and "88" in line for line in out.splitlines())
+
+
+def test_selfcheck_of_steps_this_gpu_cannot_run_fails_and_records_nothing(capsys, monkeypatch, tmp_path):
+    """Named steps none of which runs on the GPU: nothing was checked, so no "all pass" and no record."""
+    monkeypatch.setattr(cli_common, "gpu", lambda: ((9, 0), "a fake H200"))
+    record = tmp_path / "results.json"
+    code, out = run(capsys, "selfcheck", "--steps", "b12,b13", "--record", str(record))
+    assert code == 1 and "nothing was checked" in out and "pass" not in out
+    assert not record.exists()
+
+
+def test_selfcheck_runs_an_experiment_named_with_steps(capsys, monkeypatch):
+    """An experiment named with --steps is checked like a step (the default, every step, skips them)."""
+    from harness.cli import measure as cli_measure
+    monkeypatch.setattr(cli_common, "gpu", lambda: ((9, 0), "a fake H200"))
+    ran = []
+
+    class _Ok:
+        status, payload, seconds, error = "ok", {"numerics": [{"case": "tiny", "passed": True, "max_error": 0.0,
+                                                               "bound": 1.0}]}, 0.0, None
+
+    monkeypatch.setattr(cli_measure, "_measure", lambda step, *a, **k: ran.append(step.id) or _Ok())
+    code, out = run(capsys, "selfcheck", "--steps", "exp:h14-cluster-multicast")
+    assert code == 0 and ran == [resolve("exp:h14-cluster-multicast").id]

@@ -21,3 +21,32 @@ def test_error_and_ok_are_told_apart():
     assert run_job("raise", "01", timeout=60, module="tests.child_stub").error == "ValueError: told to"
     ok = run_job("fine", "h02", timeout=60, module="tests.child_stub")
     assert ok.status == "ok" and ok.payload == {"step": "h02", "numerics": []}
+
+
+def test_under_a_sanitizer_the_reference_runs_on_the_cpu(monkeypatch):
+    """compute-sanitizer must see only the step's kernels: the child is told to compute the numerics
+    reference on the CPU (reference/numerics.py), and no kernel filter is passed (with one,
+    compute-sanitizer 2025.3 fails on the steps' kernels with an internal error)."""
+    import subprocess
+
+    from harness.gpu import isolate
+    from reference.numerics import CPU_REFERENCE_ENV
+    seen = {}
+
+    class _Proc:
+        pid = 0
+
+        def wait(self, timeout=None):
+            return 3
+
+    def popen(cmd, env=None, **_):
+        seen[tuple(cmd[:2])] = (cmd, env)
+        return _Proc()
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    isolate.run_job("fine", "h02", timeout=5, sanitizer="racecheck")
+    isolate.run_job("fine", "h02", timeout=5)
+    (sanitized, env), = [v for k, v in seen.items() if k[0] == "compute-sanitizer"]
+    (plain, plain_env), = [v for k, v in seen.items() if k[0] != "compute-sanitizer"]
+    assert env[CPU_REFERENCE_ENV] == "1" and CPU_REFERENCE_ENV not in plain_env
+    assert "--tool=racecheck" in sanitized and not any(a.startswith("--kernel-name") for a in sanitized)

@@ -219,7 +219,8 @@ def _hang_suspects(step: Step) -> None:
 def cmd_selfcheck(args) -> int:
     timeout = args.timeout if args.timeout is not None else (GUARD_TIMEOUT if args.guard else 600.0)
     cap, name = common.gpu()
-    candidates = [s for s in (select_steps(args) if args.steps else discover()) if not s.variant]
+    # Named steps run as named (an experiment too); by default every ladder step.
+    candidates = select_steps(args) if args.steps else [s for s in discover() if not s.variant]
     if args.guard:
         unrunnable = [s for s in candidates if "sm_100a" in s.info.archs and not arch_to_run(s, cap)]
         code = _guarded_compiles(unrunnable)
@@ -230,6 +231,10 @@ def cmd_selfcheck(args) -> int:
         console.print("[yellow]selfcheck needs a CUDA GPU; none here. On a CPU, `ladder table` compiles every step.[/yellow]")
         return 2
     steps = [s for s in candidates if arch_to_run(s, cap)]
+    if not steps:
+        console.print(f"[red]none of {', '.join(s.id for s in candidates) or 'the steps'} runs on {name}: "
+                      "nothing was checked[/red]")
+        return 1
     console.print(f"{name} (sm_{cap[0]}{cap[1]}): {len(steps)} runnable steps"
                   + (f", under compute-sanitizer --tool={args.sanitize}" if args.sanitize else "")
                   + (f", TMEM guardrails on sm_100a, timeout {timeout:.0f} s" if args.guard else ""))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core import experiment_edits as edit_texts
+from harness.core import experiment_edits_cluster as cluster_edits
 from harness.core import experiment_edits_h14 as h14_edits
 from harness.core.markers import without_markers
 from harness.core.paths import BUILD, ROOT, publish
@@ -107,6 +108,11 @@ EXPERIMENTS = {e.name: e for e in (
                "h14 with the wgmma operand fragments (smem descriptors) sliced by thread index, as the "
                "ladder sliced them before: a per-thread value that ptxas moves into a uniform register "
                "(R2UR) before each HGMMA", edit_texts.per_thread_descriptors("mma_tidx")),
+    Experiment("h14-cluster-multicast", "h14",
+               "h14 launched as clusters of two CTAs on neighbouring query blocks of one (batch, head): each "
+               "CTA loads half of every K and V tile and multicasts it into both (K/V bytes from L2 halved); "
+               "a stage is free once both CTAs' consumers released it (remote arrives through mapa)",
+               cluster_edits.H14_CLUSTER_MULTICAST),
     Experiment("h14-stage-first-operands", "h14",
                "h14 with the staged wgmma operands (K, V) sliced by ring stage before k-block: each GEMM "
                "builds its stage's 64-bit descriptor once and adds an immediate per k-block (UIADD3.64), "

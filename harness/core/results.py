@@ -174,11 +174,14 @@ def record_selfcheck(path: Path, tool: str, steps: list) -> dict:
     ``steps`` (Step objects): per step, with the code version it checked and the provenance.
     Merges, so a check of only the new steps keeps the earlier steps' entries."""
     from harness.core.provenance import collect
+    loose = [s.id for s in steps if s.variant and not s.experiment]
+    if loose:
+        raise ValueError(f"a variant file is checked, never recorded: {', '.join(loose)}")
     data = load(path)
     prov = collect()
     entry = data.setdefault("selfcheck", {}).setdefault(tool, {})
-    for step in steps:
-        entry[step.id] = {"fingerprint": step.fingerprint, "provenance": prov}
+    for step in steps:   # keyed as resolve() finds it again: "h14", "exp:h14-cluster-multicast"
+        entry[step.spec] = {"fingerprint": step.fingerprint, "provenance": prov}
     _save(path, data)
     return data
 

@@ -25,9 +25,10 @@ def attention_flops(shape) -> float:
 
 
 def rows_per_cluster(info) -> int:
-    """Query rows one cluster of CTAs covers (a 2-CTA step, INFO.extra["cta_group"] = 2: two CTAs'
-    tile_m): the unit a seqlen must be a multiple of."""
-    return info.tile_m * info.extra.get("cta_group", 1)
+    """Query rows one cluster of CTAs covers (a 2-CTA step, INFO.extra["cta_group"] = 2, or a
+    cluster launch, INFO.extra["cluster_ctas"]: that many CTAs' tile_m): the unit a seqlen must be
+    a multiple of."""
+    return info.tile_m * info.extra.get("cluster_ctas", info.extra.get("cta_group", 1))
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,9 @@ def run_job(job: str, step_id: str, *, timeout: float, sanitizer: str | None = N
             cmd = ["compute-sanitizer", f"--tool={sanitizer}", "--error-exitcode=3",
                    "--report-api-errors", "no", *cmd]
         env = child_env()
+        if sanitizer:
+            from reference.numerics import CPU_REFERENCE_ENV  # (imports torch: only here)
+            env[CPU_REFERENCE_ENV] = "1"     # the sanitizer then sees the step's kernels only
         start = time.perf_counter()
         with open(log_path, "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env,

@@ -137,11 +137,12 @@ class Op:
     copies: int = 0    # expect: copies announced
     tile: int = 0      # mark: the K/V tile of a timeline phase (harness/timeline/probes.py); value: its phase
     edge: int = 0      # mark: 0 begin, 1 end
-    ctas: tuple = ()   # commit with a mask: the CTAs it lands in (bar: in the first of them)
+    ctas: tuple = ()   # commit with a mask: the CTAs it lands in (bar: in the first of them);
+                       # multicast copy: the CTAs its bytes land in (bar: in the issuing CTA)
 
 
 def lands_on(op: Op) -> tuple:
-    """The barriers an operation arrives on: a multicast commit's in each CTA of its mask."""
+    """The barriers an operation arrives on: a multicast commit's or copy's in each CTA of its mask."""
     return tuple(Bar(op.bar.name, op.bar.index, c) for c in op.ctas) or (op.bar,)
 
 

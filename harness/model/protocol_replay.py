@@ -75,6 +75,7 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
     blocked_at_sync = set()
     moved_on: list = []                             # warps a named barrier's completion moved past it
     clusterbar = {"arrived": [0] * n_warps, "waited": [0] * n_warps, "know": {}}
+    remote_arrives: list = []                       # (warp, op, completion it counts toward, its cluster arrives)
 
     # What each warp knows to have happened (cluster only; a 1-CTA step's inits are hoisted): a bit
     # per barrier's init and per warp "done with TMEM" (at its last sync_threads), passed on by
@@ -198,11 +199,14 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
         elif op.kind in ("arrive", "expect"):
             need_init(w, op, op.bar)
             # another CTA's arrive is asynchronous to this one: its exit does not wait for it
-            arrive(op.bar, op.value, know[w], expect=op.copies if op.kind == "expect" else 0,
-                   asynchronous=cluster and op.bar.cta != cta[w])
+            remote = cluster and op.bar.cta != cta[w]
+            if remote:
+                remote_arrives.append((w, op, bars[op.bar].phase + 1, clusterbar["arrived"][w]))
+            arrive(op.bar, op.value, know[w], expect=op.copies if op.kind == "expect" else 0, asynchronous=remote)
         elif op.kind == "copy":
-            need_init(w, op, op.bar)
-            copies.append((op.bar, know[w]))
+            for bar in lands_on(op):        # a multicast copy: its bytes land in each CTA of its mask
+                need_init(w, op, bar)
+                copies.append((bar, know[w]))
         elif op.kind == "commit":
             for bar in lands_on(op):
                 need_init(w, op, bar)
@@ -233,7 +237,7 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
         warps, landing = len(live), len(copies)
         total = warps + landing + len(commits)
         if not total:
-            _check_end(proto, bars, seen, waited)
+            _check_end(proto, bars, seen, waited, _exit_ordered(proto, remote_arrives, bars, seen, clusterbar))
             half = {key: st for key, st in named.items() if st["arrived"]}
             if half:
                 ids = sorted(i for _, i in half) if not cluster else [f"cta {c}'s {i}" for c, i in sorted(half)]
@@ -287,12 +291,32 @@ def _blocked(proto, pc, bars, named, clusterbar) -> str:
     return "\n".join(f"  {_who(proto, ws)}: {key if proto.ctas > 1 else key[1]}" for key, ws in out.items())
 
 
-def _check_end(proto, bars, seen, waited):
+def _exit_ordered(proto, remote_arrives, bars, seen, clusterbar) -> set:
+    """Exit safety of arrives on another CTA's barrier (through mapa): each must reach that CTA before
+    it exits, so either a warp waits for the phase it counts toward (seen completing) or the arriving
+    warp passes a cluster barrier after it that every warp of the target CTA waits on before its
+    exit. Returns the (barrier, completion) pairs a cluster barrier orders, for _check_end; raises
+    on an arrive nothing orders."""
+    ordered = set()
+    arrived, waited = clusterbar["arrived"], clusterbar["waited"]
+    for w, op, completion, at_issue in remote_arrives:
+        target = [x for x in range(len(proto.warps)) if proto.cta_of(x) == op.bar.cta]
+        if arrived[w] > at_issue and all(waited[x] > at_issue for x in target):
+            ordered.add((op.bar, completion))
+        elif not (bars[op.bar].phase >= completion and completion in seen[op.bar]):
+            raise ProtocolError(f"{proto.step}: {proto.role(w)} line {op.line} `{op.text}` arrives on {op.bar} "
+                                f"(another CTA's) and nothing orders it before that CTA's exit: no warp waits for "
+                                "the phase it counts toward and no cluster barrier follows it; it may land in the "
+                                "shared memory of an exited CTA")
+    return ordered
+
+
+def _check_end(proto, bars, seen, waited, ordered=frozenset()):
     for bar, b in bars.items():
         arrived = b.phase > 0 or b.pending != b.count
         if arrived and bar not in waited:
             raise ProtocolError(f"{proto.step}: {bar} is arrived on but no warp ever waits on it")
-        late = sorted(c for c in b.async_completions if c not in seen[bar])
+        late = sorted(c for c in b.async_completions if c not in seen[bar] and (bar, c) not in ordered)
         if late:
             agents = "a tcgen05.commit or a copy's bytes" if proto.ctas == 1 else \
                 "a tcgen05.commit, a copy's bytes or another CTA's arrive"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import re
 
 from harness.model.pipeline_model import ProtocolError
 from harness.model.protocol import PROBE, WARP, Bar, ExtractionError, Op, Protocol, lands_on
@@ -260,6 +261,18 @@ class _Walk:
             raise ExtractionError(f"line {call.lineno}: target CTA {cta!r} is not in the cluster of {self.ctas}")
         return cta
 
+    def mask_ctas(self, call, node, what) -> tuple:
+        """The CTAs a bit mask names (``cutlass.Int16(m)`` read as ``m``)."""
+        self.need_cluster(call, f"a {what}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and len(node.args) == 1 \
+                and re.fullmatch(r"U?[Ii]nt(8|16|32|64)", node.func.attr):
+            node = node.args[0]
+        m = self.decide(node, what)
+        ctas = tuple(c for c in range(self.ctas) if m >> c & 1)
+        if not ctas or m >> self.ctas:
+            raise ExtractionError(f"line {call.lineno}: {what} {m:#b} does not name CTAs of the cluster of {self.ctas}")
+        return ctas
+
     def op(self, call: ast.Call):
         name = _call_name(call)
         text = self.lines[call.lineno - 1].strip()
@@ -285,16 +298,16 @@ class _Walk:
             if mask is None or (isinstance(mask, ast.Constant) and mask.value is None):
                 add("commit", bar=self.barrier(call.args[0]), value=arrivals)
                 return
-            self.need_cluster(call, "a multicast commit (a mask)")
-            m = self.decide(mask, "commit mask")
-            ctas = tuple(c for c in range(self.ctas) if m >> c & 1)
-            if not ctas or m >> self.ctas:
-                raise ExtractionError(f"line {call.lineno}: commit mask {m:#b} does not name CTAs of the cluster "
-                                      f"of {self.ctas}")
+            ctas = self.mask_ctas(call, mask, "commit mask")
             add("commit", bar=self.barrier(call.args[0], ctas[0]), value=arrivals, ctas=ctas)
         elif name == "copy":
-            # cta_group::2: the bytes complete on the pair leader's barrier
-            add("copy", bar=self.barrier(kw["tma_bar_ptr"], self.cta & ~1))
+            if "mcast_mask" in kw:
+                # a multicast load: its bytes land in every CTA of the mask, each on its own barrier
+                ctas = self.mask_ctas(call, kw["mcast_mask"], "multicast mask")
+                add("copy", bar=self.barrier(kw["tma_bar_ptr"]), ctas=ctas)     # bar: its own CTA's
+            else:
+                # cta_group::2: the bytes complete on the pair leader's barrier
+                add("copy", bar=self.barrier(kw["tma_bar_ptr"], self.cta & ~1))
         elif name == "mark":
             add("mark", tile=self.decide(call.args[1], "timeline tile"), value=self.decide(call.args[2], "phase"),
                 edge=self.decide(call.args[3], "edge"))
@@ -322,9 +335,11 @@ def _announce_copies(ops: list[Op], leader_ops: list[Op] | None = None, pair: in
     rank: dict = {}
     for i, op in enumerate(ops):
         if op.kind == "copy":
+            # a multicast copy's own CTA announces it as the other CTAs do theirs (the same code)
+            source = ops if op.ctas else leader_ops
             k = rank[op.bar] = rank.get(op.bar, -1) + 1
-            mine = [j for j, p in enumerate(leader_ops) if p.kind == "copy" and p.bar == op.bar]
-            if k >= len(mine) or not any(p.kind == "expect" and p.bar == op.bar for p in leader_ops[:mine[k]]):
+            mine = [j for j, p in enumerate(source) if p.kind == "copy" and p.bar == op.bar]
+            if k >= len(mine) or not any(p.kind == "expect" and p.bar == op.bar for p in source[:mine[k]]):
                 if pair == 1:
                     raise ProtocolError(f"line {op.line}: a TMA copy on {op.bar} with no expect-tx announcing it")
                 raise ProtocolError(f"line {op.line}: a TMA copy on {op.bar} by {who[0]} with no expect-tx announcing "

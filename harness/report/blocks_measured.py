@@ -237,7 +237,7 @@ def checks_block() -> str:
                 ptxas = f"ptxas {p.get('ptxas')}" + (" (inferred: ptxas_from)" if p.get("ptxas_from") else "")
                 by_run.setdefault((p["gpu"], p["date"][:10], p["command"], ptxas), []).append(step_id)
             for (gpu_name, date, command, ptxas), ids in sorted(by_run.items(), key=lambda kv: kv[0][1]):
-                ids = [s.id for s in track_steps() if s.id in ids]
+                ids = [s.id for s in track_steps() if s.id in ids] + sorted(i for i in ids if i.startswith("exp:"))
                 lines.append(f"- {gpu_name}, {date}: {what} clean for {', '.join(ids)} (`{command}`; {ptxas})")
             changed = sorted(set(entry) - set(current))
             if changed:
