@@ -231,6 +231,18 @@ BROKEN = [
     # no producer tail for Q: the last work tile's q_empty commit may land after the CTA has exited
     ("b14-no-q_empty-drain", "b14", [("    cute.arch.mbarrier_wait(q_empty, (n_tiles % 2) ^ 1)\n", "")],
      "q_empty.*asynchronous arrive .* no warp waits for"),
+    # named barriers: every use of an id must agree on its thread count (bar.sync and bar.arrive
+    # of one generation count the same threads); one side's count wrong is a hang or a pass too soon
+    ("h14-pingpong-arrive-counts-one-warpgroup", "h14", [(
+        "            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=PINGPONG_THREADS)\n"
+        "            # wait_group(1)",
+        "            cute.arch.barrier_arrive(barrier_id=other_turn, number_of_threads=WARPGROUP_THREADS)\n"
+        "            # wait_group(1)")], "used with 128 and 256 threads|used with 256 and 128 threads"),
+    ("b14-stats-arrive-counts-one-warp", "b14", [(
+        "            cute.arch.barrier_arrive(barrier_id=STATS_BARRIER + 4 * q_tile + warp_idx % 4,\n"
+        "                                     number_of_threads=STATS_THREADS)",
+        "            cute.arch.barrier_arrive(barrier_id=STATS_BARRIER + 4 * q_tile + warp_idx % 4,\n"
+        "                                     number_of_threads=32)")], r"used with \d+ and \d+ threads"),
 ]
 
 
