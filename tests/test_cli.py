@@ -149,3 +149,9 @@ def test_selfcheck_runs_an_experiment_named_with_steps(capsys, monkeypatch):
     monkeypatch.setattr(cli_measure, "_measure", lambda step, *a, **k: ran.append(step.id) or _Ok())
     code, out = run(capsys, "selfcheck", "--steps", "exp:h14-cluster-multicast")
     assert code == 0 and ran == [resolve("exp:h14-cluster-multicast").id]
+
+
+def test_sass_of_a_cluster_kernel_shows_its_register_split_and_cluster_audit(capsys):
+    code, out = run(capsys, "sass", "exp:h14-cluster-multicast")
+    assert code == 0 and "[24, 240, 240] x 128 threads = 64,512 of 65,536" in out
+    assert "cluster (PTX audit): barriers initialised, fenced" in out
