@@ -29,10 +29,18 @@ def check_numerics(step: Step, cases=workloads.NUMERICS_CASES, seed: int = 0) ->
     return rows
 
 
+def clock_fields(seen: dict[str, dict]) -> dict:
+    """step_sm_mhz, fa4_power_capped, ... (floats, so --repeat takes their median) of what each
+    kernel ran at while timed; nothing where no clock was sampled."""
+    return {f"{who}_{key}": float(v[key]) for who, v in seen.items()
+            for key in ("sm_mhz", "sm_max_mhz", "power_capped")}
+
+
 def measure_step(step_id: str, seqlens=workloads.BENCH_SEQLENS, *, seed: int = 1234) -> dict:
     import torch
 
     from harness.core.provenance import collect
+    from harness.gpu import clocks
     from harness.gpu.timing import Timer
     from reference.numerics import check_output
     from reference.stock import fa4_attention, fa4_available, fa4_config
@@ -61,14 +69,16 @@ def measure_step(step_id: str, seqlens=workloads.BENCH_SEQLENS, *, seed: int = 1
         result["numerics"].append(_numerics_row(f"bench {seqlen}", shape, check, workloads.SAMPLED_ROWS))
         del out
         config = fa4_config(q, k, v)               # which FA4 kernel this seqlen runs (and a first call)
-        ms = timer.compare({"step": lambda q=q, k=k, v=v: step.module.attention(q, k, v),
-                            "fa4": lambda q=q, k=k, v=v: fa4_attention(q, k, v)})
+        with clocks.ClockLog(clocks.gpu_uuid()) as log:
+            ms = timer.compare({"step": lambda q=q, k=k, v=v: step.module.attention(q, k, v),
+                                "fa4": lambda q=q, k=k, v=v: fa4_attention(q, k, v)})
         flops = workloads.attention_flops(shape)
         result["bench"].append({
             "seqlen": seqlen, "shape": list(shape),
             "step_ms": ms["step"], "fa4_ms": ms["fa4"],
             "step_tflops": flops / ms["step"] / 1e9, "fa4_tflops": flops / ms["fa4"] / 1e9,
             "fraction": ms["fa4"] / ms["step"], "fa4_config": config,
+            **clock_fields(clocks.per_window(log.samples, timer.windows)),
         })
     return result
 

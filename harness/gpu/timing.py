@@ -1,12 +1,14 @@
 """GPU timing: CUDA events around each call, L2 flushed before each, median of many.
 
 Side-by-side comparisons interleave the kernels in rounds, so a clock or thermal drift during the
-measurement hits both alike.
+measurement hits both alike. Each measured round's host-time window is kept (``windows``), so the
+clock samples of harness/gpu/clocks.py can be attributed to the kernel that ran.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from typing import Callable
 
 L2_FLUSH_BYTES = 256 << 20      # well over the H200's 60 MB (and B200's 126 MB) L2
@@ -17,6 +19,7 @@ class Timer:
         import torch
         self.torch = torch
         self.flush_buffer = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.windows: list[tuple[str, float, float]] = []     # (name, host start, host end) per round
 
     def samples_ms(self, fn: Callable[[], object], reps: int) -> list[float]:
         torch = self.torch
@@ -39,7 +42,10 @@ class Timer:
             estimate[name] = statistics.median(self.samples_ms(fn, 3))
         reps = {name: max(5, min(100, int(budget_ms / rounds / max(ms, 1e-3)))) for name, ms in estimate.items()}
         samples: dict[str, list[float]] = {name: [] for name in fns}
+        self.windows = []
         for _ in range(rounds):
             for name, fn in fns.items():
-                samples[name] += self.samples_ms(fn, reps[name])
+                start = time.time()
+                samples[name] += self.samples_ms(fn, reps[name])    # ends in a synchronize
+                self.windows.append((name, start, time.time()))
         return {name: statistics.median(s) for name, s in samples.items()}

@@ -58,6 +58,7 @@ def results_block(step_id: str) -> str:
             out.append(f"Recorded by `{p['command']}` on {p['gpu']} (driver {p.get('driver')}), torch "
                        f"{p['torch']}, nvidia-cutlass-dsl {p['cutlass_dsl']}, {built_with([row])}, "
                        f"flash-attn-4 {p['flash_attn_4']} ({fa4_ran([row])}).")
+            out += [clock_sentence(row)] if clock_sentence(row) else []
     if "sm_100a" in step.info.archs and not measured_on(rows, ARCH_CAPABILITY["sm_100a"]):
         out.append(f"B200 (sm_100a): {NOT_RUN_B200}.")
     if not out:
@@ -183,6 +184,19 @@ def experiments_block(base: str) -> str:
                      f"{'; '.join(f'`{c}`' for c in commands)}; {built_with(found.values())}. "
                      f"See any edit with `ladder diff {base_id} exp:<name>`.\n")
     return "\n".join(lines) if lines else "No recorded experiments yet.\n"
+
+
+def clock_sentence(row: dict) -> str | None:
+    """What the SM clock did while the step and FA4 were timed (harness/gpu/clocks.py), if sampled."""
+    bench = row.get("bench", [])
+    if not bench or not all("step_sm_mhz" in b and "fa4_sm_mhz" in b for b in bench):
+        return None
+    mhz = lambda who: " / ".join(f"{b[who + '_sm_mhz']:,.0f}" for b in bench)  # noqa: E731
+    capped = lambda who: " / ".join(f"{b[who + '_power_capped']:.0%}" for b in bench)  # noqa: E731
+    top = max(b["step_sm_max_mhz"] for b in bench)
+    return (f"SM clock while timed (median of nvidia-smi samples, 4k / 8k / 16k; the GPU allows {top:,.0f} MHz): "
+            f"the step {mhz('step')} MHz, FA4 {mhz('fa4')} MHz; under the driver's power cap (sw_power_cap) "
+            f"in {capped('step')} of the step's samples and {capped('fa4')} of FA4's.")
 
 
 def _current_record(data: dict, name: str) -> tuple[dict | None, bool]:
