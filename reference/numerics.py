@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from reference import CPU_REFERENCE_ENV
 from reference.torch_attention import attention_ref
 
 
@@ -39,15 +40,20 @@ def fa4_bound(ref32: torch.Tensor, ref_bf16: torch.Tensor) -> float:
     return 2 * bf16_error + 2 * fp32_noise
 
 
-# Set (by harness/gpu/isolate.py) under compute-sanitizer: the reference is then computed on the
-# CPU, so the only GPU kernels the sanitizer sees are the step's (racecheck reports hazards inside
-# cuBLAS's TMA GEMMs on some shapes, and its kernel filters break its handling of the steps').
-CPU_REFERENCE_ENV = "LADDER_CPU_REFERENCE"
+def reference_on_cpu() -> bool:
+    """Under compute-sanitizer (CPU_REFERENCE_ENV = "1"): the sanitizer then sees no reference GEMMs
+    (racecheck reports hazards inside cuBLAS's TMA GEMMs on some shapes, and its kernel filters
+    break its handling of the steps'); the inputs are still drawn and cast by torch's own small GPU
+    kernels. Any value but "1" or unset is an error, not "off"."""
+    value = os.environ.get(CPU_REFERENCE_ENV, "")
+    if value not in ("", "1"):
+        raise ValueError(f"{CPU_REFERENCE_ENV} must be 1 (reference on the CPU) or unset, got {value!r}")
+    return value == "1"
 
 
 def check_output(out, q, k, v, softmax_scale=None, rows=None) -> NumericsResult:
     """Judge ``out`` (b, s, h, d) by FA4's rule; with ``rows``, only those query rows."""
-    if os.environ.get(CPU_REFERENCE_ENV):
+    if reference_on_cpu():
         out, q, k, v = (t.cpu() for t in (out, q, k, v))
     ref32 = attention_ref(q, k, v, softmax_scale, dtype=torch.float32, rows=rows)
     ref16 = attention_ref(q, k, v, softmax_scale, dtype=torch.bfloat16, rows=rows)

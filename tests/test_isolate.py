@@ -30,7 +30,8 @@ def test_under_a_sanitizer_the_reference_runs_on_the_cpu(monkeypatch):
     import subprocess
 
     from harness.gpu import isolate
-    from reference.numerics import CPU_REFERENCE_ENV
+    from reference import CPU_REFERENCE_ENV
+    monkeypatch.setenv(CPU_REFERENCE_ENV, "1")      # left in the shell: must not reach a plain run
     seen = {}
 
     class _Proc:
@@ -50,3 +51,19 @@ def test_under_a_sanitizer_the_reference_runs_on_the_cpu(monkeypatch):
     (plain, plain_env), = [v for k, v in seen.items() if k[0] != "compute-sanitizer"]
     assert env[CPU_REFERENCE_ENV] == "1" and CPU_REFERENCE_ENV not in plain_env
     assert "--tool=racecheck" in sanitized and not any(a.startswith("--kernel-name") for a in sanitized)
+
+
+def test_the_cpu_reference_switch_takes_only_1(monkeypatch):
+    """A typo or "0" must not silently move (or keep) the reference: only "1" or unset are read."""
+    import pytest
+
+    from reference import CPU_REFERENCE_ENV
+    from reference.numerics import reference_on_cpu
+    monkeypatch.delenv(CPU_REFERENCE_ENV, raising=False)
+    assert reference_on_cpu() is False
+    monkeypatch.setenv(CPU_REFERENCE_ENV, "1")
+    assert reference_on_cpu() is True
+    for bad in ("0", "true", "yes"):
+        monkeypatch.setenv(CPU_REFERENCE_ENV, bad)
+        with pytest.raises(ValueError, match="must be 1"):
+            reference_on_cpu()

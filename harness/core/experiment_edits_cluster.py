@@ -12,6 +12,12 @@ on both CTAs' barriers, and a cluster barrier before exit."""
 # consumers of both have read it: the empty barriers count 16 warps, and each consumer warp
 # arrives on its own CTA's and, through mapa, on the other's. seqlen: a multiple of 256.
 H14_CLUSTER_MULTICAST = (
+    ('"""h14 — persistent CTAs: one CTA per SM walks a static list of tiles; the next tile\'s Q, K and V\n'
+     'load while this tile\'s last P V and epilogue run.\n',
+     '"""exp:h14-cluster-multicast — h14 launched as clusters of two CTAs on neighbouring query blocks of\n'
+     'one (batch, head), each CTA loading half of every K and V tile and multicasting it into both. The\n'
+     'cluster code is what `ladder diff h14 exp:h14-cluster-multicast` shows; the rest of this\n'
+     'docstring is h14\'s.\n'),
     ("SM_COUNT = 132\n",
      "SM_COUNT = 132\n"
      "# Clusters: two CTAs (two SMs) take neighbouring query blocks of one (batch, head) and load each\n"

@@ -12,12 +12,19 @@ import time
 from dataclasses import dataclass
 
 from harness.core.paths import ROOT
+from reference import CPU_REFERENCE_ENV
 
 
-def child_env() -> dict:
+def child_env(*, sanitizer: str | None = None) -> dict:
     """The environment of a child process: this one's, with the checkout first on PYTHONPATH so
-    ``python -m harness...`` finds the same code however the parent was started."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    ``python -m harness...`` finds the same code however the parent was started. The numerics
+    reference runs on the CPU under a sanitizer only: a value inherited from the parent's shell
+    never moves a timed or profiled run's reference."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env.pop(CPU_REFERENCE_ENV, None)
+    if sanitizer:
+        env[CPU_REFERENCE_ENV] = "1"
+    return env
 
 
 @dataclass
@@ -56,10 +63,7 @@ def run_job(job: str, step_id: str, *, timeout: float, sanitizer: str | None = N
             # host-side probes are not kernel errors; a failed launch still raises in the child.
             cmd = ["compute-sanitizer", f"--tool={sanitizer}", "--error-exitcode=3",
                    "--report-api-errors", "no", *cmd]
-        env = child_env()
-        if sanitizer:
-            from reference.numerics import CPU_REFERENCE_ENV  # (imports torch: only here)
-            env[CPU_REFERENCE_ENV] = "1"     # the sanitizer then sees the step's kernels only
+        env = child_env(sanitizer=sanitizer)
         start = time.perf_counter()
         with open(log_path, "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
