@@ -11,7 +11,7 @@ from rich.table import Table
 
 from harness.cli.common import console, shown
 from harness.compiler import cluster_audit, mma_issue, ptx_lint, register_budget, softmax_budget
-from harness.compiler.compile import compile_step, cubin_facts, fresh_cubin_facts, launch_facts
+from harness.compiler.compile import CompileReport, compile_step, cubin_facts, fresh_cubin_facts, launch_facts
 from harness.compiler.sass import MECHANISMS
 from harness.compiler.smem_budget import shared_storage_bytes
 from harness.core import results, toolchain
@@ -79,7 +79,7 @@ def sass_table(step: Step, arch: str, against: Step | None) -> int:
         if not hazards:
             console.print("TMEM ordering (PTX lint, every path): no tcgen05.ld value used before tcgen05.wait::ld, "
                           "no tcgen05.st handed off before wait::st + fence::before_thread_sync")
-    problems += _split_and_cluster(step, arch, report.ptx.read_text())
+    problems += _split_and_cluster(step, arch, report)
     if problems:
         console.print(f"[red]fingerprint claim ({claim}) FAILS: {'; '.join(problems)}[/red]")
         return 1
@@ -87,15 +87,16 @@ def sass_table(step: Step, arch: str, against: Step | None) -> int:
     return 0
 
 
-def _split_and_cluster(step: Step, arch: str, ptx: str) -> list[str]:
+def _split_and_cluster(step: Step, arch: str, report: CompileReport) -> list[str]:
     """The register split per warpgroup (where the PTX has setmaxnreg) and the cluster audit (where
     the kernel launches clusters): printed when they hold, returned as problems when not."""
-    problems = []
+    problems, ptx = [], report.ptx.read_text()
     if register_budget.ptx_setmaxnreg(ptx):
         try:
-            b = register_budget.for_step(step, ptx)
-            console.print(f"register split (setmaxnreg, per warpgroup): {b['warpgroups']} x 128 threads = "
-                          f"{b['total']:,} of {b['file']:,} registers, from {b['launch']} at launch")
+            b = register_budget.for_step(step, report)
+            console.print(f"register split (setmaxnreg, per warpgroup, read from kernel()'s branches): "
+                          f"{b['warpgroups']} x 128 threads = {b['total']:,} of {b['file']:,} registers in the SM, "
+                          f"within the CTA's pool: {b['launch']} per thread at launch x {b['threads']} = {b['pool']:,}")
         except register_budget.RegisterBudgetError as e:
             problems.append(f"register split: {e}")
     if launch_facts(step, arch).get("cluster_launch"):
@@ -103,7 +104,7 @@ def _split_and_cluster(step: Step, arch: str, ptx: str) -> list[str]:
         problems += [f"cluster: {p}" for p in found]
         if not found:
             console.print("cluster (PTX audit): barriers initialised, fenced and a cluster barrier taken before any "
-                          "remote traffic" + ("; every tcgen05 op cta_group::2, commits multicast, TMA barriers "
+                          "remote traffic, the pair synchronised again after the last" + ("; every tcgen05 op cta_group::2, commits multicast, TMA barriers "
                                               "on the leader" if step.info.extra.get("cta_group", 1) == 2 else ""))
     return problems
 

@@ -49,8 +49,8 @@ THREADS = WARPGROUP_THREADS * (1 + NUM_WARPGROUPS)    # warpgroup 0 produces, 1 
 PINGPONG_BARRIER = 1
 PINGPONG_THREADS = 2 * WARPGROUP_THREADS
 
-# setmaxnreg: registers per thread after the role split (multiples of 8, 24..256). The producer
-# needs few; the consumers hold S, O and P. 128 x 24 + 256 x 240 = 64,512 <= 65,536 per SM.
+# setmaxnreg: registers per thread after the role split (multiples of 8, 24..256). The producer needs
+# few; the consumers hold S, O, P. 128 x 24 + 256 x 240 = 64,512 <= the CTA's pool, 168 per thread at launch x 384.
 PRODUCER_REGISTERS = 24
 CONSUMER_REGISTERS = 240
 

@@ -52,8 +52,8 @@ EPILOGUE_BARRIER = PINGPONG_BARRIER + NUM_WARPGROUPS
 EPILOGUE_THREADS = WARPGROUP_THREADS * NUM_WARPGROUPS
 STORE_WARP = 4         # the first consumer warp: one of its threads issues the TMA store
 
-# setmaxnreg: registers per thread after the role split (multiples of 8, 24..256). The producer
-# needs few; the consumers hold S, O and P. 128 x 24 + 256 x 240 = 64,512 <= 65,536 per SM.
+# setmaxnreg: registers per thread after the role split (multiples of 8, 24..256). The producer needs
+# few; the consumers hold S, O, P. 128 x 24 + 256 x 240 = 64,512 <= the CTA's pool, 168 per thread at launch x 384.
 PRODUCER_REGISTERS = 24
 CONSUMER_REGISTERS = 240
 

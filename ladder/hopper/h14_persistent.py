@@ -65,8 +65,8 @@ STORE_WARP = 4         # the first consumer warp: one of its threads issues the 
 # with fewer SMs the extra CTAs wait for a free SM: slower, still correct.
 SM_COUNT = 132
 
-# setmaxnreg: registers per thread after the role split (multiples of 8, 24..256). The producer
-# needs few; the consumers hold S, O and P. 128 x 24 + 256 x 240 = 64,512 <= 65,536 per SM.
+# setmaxnreg: registers per thread after the role split (multiples of 8, 24..256). The producer needs
+# few; the consumers hold S, O, P. 128 x 24 + 256 x 240 = 64,512 <= the CTA's pool, 168 per thread at launch x 384.
 PRODUCER_REGISTERS = 24
 CONSUMER_REGISTERS = 240
 
