@@ -22,9 +22,10 @@ def test_seeds_and_sampled_rows_do_not_depend_on_the_process():
     assert len(set(seeds)) == len(seeds)          # each case its own inputs
 
 
-def test_b14s_selfcheck_shapes_leave_most_clusters_without_a_work_tile():
-    """README "Running on a B200": b14's selfcheck cases have fewer work tiles than b14 has clusters
-    (idle clusters must still set up and exit cleanly); the table's numerics add one with more."""
+def test_b14s_selfcheck_shapes_leave_clusters_idle_then_walk_several_tiles():
+    """README "Running on a B200": b14's first selfcheck cases have fewer work tiles than b14 has
+    clusters (idle clusters must still set up and exit cleanly), and the last has more (clusters walk
+    several tiles, the cross-tile path, under the sanitizers too)."""
     from harness.core.steps import resolve
     step = resolve("b14")
     clusters = step.module.GRID_CTAS // step.info.extra["cta_group"]
@@ -34,5 +35,17 @@ def test_b14s_selfcheck_shapes_leave_most_clusters_without_a_work_tile():
         return batch * heads * seqlen // workloads.rows_per_cluster(step.info)
 
     tiny = [work_tiles(case) for case in workloads.TINY_CASES]
-    assert tiny[0] == 1 and max(tiny) < clusters
+    assert tiny[0] == 1 and max(tiny[:-1]) < clusters < tiny[-1]
     assert max(work_tiles(case) for case in workloads.NUMERICS_CASES) > clusters
+
+
+def test_selfcheck_gives_every_persistent_hopper_kernel_more_than_one_tile_per_cta():
+    """h14 (132 CTAs) and exp:h14-cluster-multicast (66 clusters of two): the last selfcheck case
+    has more work tiles than CTAs or clusters, so some walk two."""
+    from harness.core.steps import resolve
+    for spec in ("h14", "exp:h14-cluster-multicast"):
+        step = resolve(spec)
+        batch, seqlen, heads, _ = workloads.TINY_CASES[-1].shape_for(step.info)
+        per_cluster = step.info.extra.get("cluster_ctas", 1)
+        units = batch * heads * seqlen // workloads.rows_per_cluster(step.info)
+        assert units > step.module.SM_COUNT // per_cluster, (spec, units)

@@ -54,7 +54,11 @@ NUMERICS_CASES = (
     # a multiple of 4, so odd counts are the CPU replay's: tests/test_barrier_protocol.py.)
     NumericsCase("more tiles than SMs", batch=1, seqlen_tiles=3, heads=100),
 )
-TINY_CASES = NUMERICS_CASES[:2]    # selfcheck: fast, still covers several CTAs and K/V tiles
+# selfcheck (and the sanitizers, which run it): fast, and still more than one work tile per CTA
+# or cluster of a persistent step (150 heads of one query block: 150 tiles over the H200's 132
+# CTAs, 150 pairs over 66 clusters, 150 cluster tiles over a B200's 74), so the paths from one
+# work tile to the next run under the sanitizers too.
+TINY_CASES = (*NUMERICS_CASES[:2], NumericsCase("a few tiles per CTA", batch=1, seqlen_tiles=1, heads=150))
 
 
 def stable_seed(name: str) -> int:
