@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core import experiment_edits as edit_texts
+from harness.core import experiment_edits_blackwell as blackwell_edits
 from harness.core import experiment_edits_cluster as cluster_edits
 from harness.core import experiment_edits_h14 as h14_edits
 from harness.core.markers import without_markers
@@ -150,6 +151,28 @@ EXPERIMENTS = {e.name: e for e in (
                "b13 with FA4's 2-CTA share of emulated exponentials (24 of 128, EMU_PERIOD 10) instead of "
                "b12's 16: what FA4's setting adds to the CTA pair",
                (("EMU_PERIOD = 16\n", "EMU_PERIOD = 10\n"),)),
+    Experiment("b13-registers-184-80-64", "b13",
+               "b13 with FA4's 2-CTA register split: setmaxnreg 184 for the softmax warpgroups, 80 for the "
+               "correction warpgroup, 64 for the MMA/load warpgroup, instead of 192 / 80 / 48 (2 x 128 x 184 "
+               "+ 128 x 80 + 128 x 64 = 65,536, the same pool)", blackwell_edits.REGISTERS_184_80_64),
+    Experiment("b13-stage-first-operands", "b13",
+               "b13 with the MMA warp's smem operands sliced by Q tile or ring stage before k-block "
+               "(tSrK[None, None, None, stage][None, None, kb]): each GEMM builds its stage's descriptor once "
+               "and each k-block adds an immediate, as FA4's MMA loop does", blackwell_edits.B13_STAGE_FIRST),
+    Experiment("b13-registers-stage-first", "b13",
+               "b13 with both: FA4's 184 / 80 / 64 register split and stage-first operand slicing",
+               blackwell_edits.REGISTERS_184_80_64 + blackwell_edits.B13_STAGE_FIRST),
+    Experiment("b14-registers-184-80-64", "b14",
+               "b14 with FA4's 2-CTA register split: setmaxnreg 184 for the softmax warpgroups, 80 for the "
+               "correction warpgroup, 64 for the MMA/load warpgroup, instead of 192 / 80 / 48 (the same "
+               "65,536 registers)", blackwell_edits.REGISTERS_184_80_64),
+    Experiment("b14-stage-first-operands", "b14",
+               "b14 with the MMA warp's smem operands sliced by Q tile or ring stage before k-block: each GEMM "
+               "builds its stage's descriptor once and each k-block adds an immediate, as FA4's MMA loop does",
+               blackwell_edits.B14_STAGE_FIRST),
+    Experiment("b14-registers-stage-first", "b14",
+               "b14 with both: FA4's 184 / 80 / 64 register split and stage-first operand slicing",
+               blackwell_edits.REGISTERS_184_80_64 + blackwell_edits.B14_STAGE_FIRST),
     Experiment("h08-split-kv", "h08",
                "h08's 2-stage ring with K and V on separate full/empty barriers: S_j starts once K_j "
                "has landed, and K's stage is refilled right after S_j", edit_texts.split_kv_edits(staged=True)),

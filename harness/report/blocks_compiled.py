@@ -69,7 +69,7 @@ def roles_block(step_id: str) -> str:
     rows = [[_role_of(r, by_registers), "" if r.out_of_line else str(r.registers or report.registers), *(str(r.count(op)) for op in ROLE_OPCODES)]
             for r in register_regions(report.sass.text)]
     return (markdown_table(rows, ["role (setmaxnreg region)", "registers", *(f"`{op}`" for op in ROLE_OPCODES)])
-            + f"\n\n`{step.id}` compiled for {step.info.archs[0]}: the SASS split at each `USETMAXREG`, in address "
+            + f"\n\n`{step.spec}` compiled for {step.info.archs[0]}: the SASS split at each `USETMAXREG`, in address "
             "order; registers before the split are the launch's. The code ptxas places after the kernel's last "
             "`EXIT` (mbarrier waits' retry loops, reached from every role) is counted apart. "
             + built_by([report]) + "\n")
@@ -164,7 +164,7 @@ def mma_gaps_block(step_id: str) -> str:
     step = resolve(step_id)
     headers, rows = mma_issue.rows(mma_issue.readings(step))
     return (markdown_table(rows, headers) + "\n\nStatic counts from the SASS, program order (`ladder sass "
-            f"{step.id} --mma-gaps`); FA4's kernel from flash-attn-4 for the same workload. "
+            f"{step.spec} --mma-gaps`); FA4's kernel from flash-attn-4 for the same workload. "
             + built_by([compile_step(step, "sm_100a")]) + "\n")
 
 
