@@ -42,16 +42,29 @@ def test_each_experiment_replays_like_a_step(name):
 # exp:h14-cluster-multicast: a Hopper cluster (K and V multicast into both CTAs, releases on both
 # CTAs' empty barriers through mapa), each broken the way a cluster kernel can be.
 _CLUSTER_EXIT = "    cute.arch.cluster_arrive()\n    cute.arch.cluster_wait()\n"
+_EMPTY_INIT = "cute.arch.mbarrier_init(empty + stage, CLUSTER_CTAS * NUM_CONSUMER_WARPS)"
+_ONE_CTA_EMPTY_INIT = "cute.arch.mbarrier_init(empty + stage, NUM_CONSUMER_WARPS)"
+_CLUSTER_TILES = "n_tiles = tiles_of(cluster, n_clusters, m_blocks // CLUSTER_CTAS * heads"
+# case -> ([(old, new), ...], what the error says)
 _CLUSTER_BROKEN = {
-    "no cluster barrier before exit": (_CLUSTER_EXIT, "", "nothing orders it before that CTA's exit"),
-    "V multicast to its own CTA only": ("tma_bar_ptr=v_full + stage, mcast_mask=cutlass.Int16(BOTH_CTAS)",
-                                        "tma_bar_ptr=v_full + stage, mcast_mask=cutlass.Int16(1)", "deadlock"),
-    "empty barriers count one CTA's consumers": (
-        "cute.arch.mbarrier_init(empty + stage, CLUSTER_CTAS * NUM_CONSUMER_WARPS)",
-        "cute.arch.mbarrier_init(empty + stage, NUM_CONSUMER_WARPS)", "deadlock"),
+    "no cluster barrier before exit": ([(_CLUSTER_EXIT, "")], "nothing orders it before that CTA's exit"),
+    "V multicast to its own CTA only": ([("tma_bar_ptr=v_full + stage, mcast_mask=cutlass.Int16(BOTH_CTAS)",
+                                          "tma_bar_ptr=v_full + stage, mcast_mask=cutlass.Int16(1)")], "deadlock"),
+    # (a phase completes on half the releases: a race, or a hang when the phases drift apart)
+    "empty barriers count one CTA's consumers": ([(_EMPTY_INIT, _ONE_CTA_EMPTY_INIT)], "deadlock|race: "),
     "a CTA barrier where the cluster barrier belongs": (
-        "    cute.arch.cluster_arrive_relaxed()\n    cute.arch.cluster_wait()\n", "    cute.arch.sync_threads()\n",
+        [("    cute.arch.cluster_arrive_relaxed()\n    cute.arch.cluster_wait()\n", "    cute.arch.sync_threads()\n")],
         "may not be initialised yet"),
+    # each CTA's consumers release only their own CTA's stage (no mapa arrive; the count adjusted so
+    # nothing hangs): the peer's multicast may overwrite a stage this CTA's consumers still read
+    "consumers release only their own CTA's stage": (
+        [("    for rank in range(CLUSTER_CTAS):\n        cute.arch.mbarrier_arrive(empty, rank)\n",
+          "    cute.arch.mbarrier_arrive(empty)\n"), (_EMPTY_INIT, _ONE_CTA_EMPTY_INIT)],
+        r"race: .* multicasts into cta [01]'s [kv]_full\[\d\]'s stage .* nothing orders the copy after"),
+    # barrier.cluster.arrive.relaxed orders no memory access before it: not the remote arrives
+    "a relaxed cluster arrive before exit": (
+        [(_CLUSTER_EXIT, _CLUSTER_EXIT.replace("cluster_arrive()", "cluster_arrive_relaxed()"))],
+        "nothing orders it before that CTA's exit"),
 }
 
 
@@ -62,11 +75,24 @@ def test_the_cluster_model_fails_on_a_broken_cluster(case):
     step = resolve("exp:h14-cluster-multicast")
     source = step.path.read_text()
     protocol_replay.replay_many(step.module, source=source, n_blocks=range(1, 4), seeds=range(3))
-    old, new, message = _CLUSTER_BROKEN[case]
-    assert source.count(old) == 1
+    edits, message = _CLUSTER_BROKEN[case]
+    for old, new in edits:
+        assert source.count(old) == 1, f"exp:h14-cluster-multicast no longer contains {old!r}: update this test"
+        source = source.replace(old, new)
     with pytest.raises(ProtocolError, match=message):
-        protocol_replay.replay_many(step.module, source=source.replace(old, new), n_blocks=range(1, 4),
-                                    seeds=range(3))
+        protocol_replay.replay_many(step.module, source=source, n_blocks=range(1, 4), seeds=range(3))
+
+
+def test_a_cluster_whose_ctas_may_walk_different_tile_counts_is_refused():
+    """The replay gives both CTAs of a cluster one n_tiles: a kernel that schedules per CTA (its
+    count depends on cta_rank) is refused rather than replayed as if they agreed."""
+    step = resolve("exp:h14-cluster-multicast")
+    source = step.path.read_text()
+    assert source.count(_CLUSTER_TILES) == 1
+    broken = source.replace(_CLUSTER_TILES, "n_tiles = tiles_of(cluster * CLUSTER_CTAS + cta_rank, "
+                                            "n_clusters * CLUSTER_CTAS, m_blocks * heads")
+    with pytest.raises(protocol.ExtractionError, match="n_tiles depends on the CTA's rank"):
+        protocol_source.extract(step.module, 2, source=broken, n_tiles=2)
 
 
 def test_the_model_sees_every_handoff_of_the_warp_specialized_steps():
@@ -417,6 +443,25 @@ def test_only_the_cluster_barrier_orders_a_remote_arrive_after_the_other_ctas_in
     for seed in range(40):
         with pytest.raises(ProtocolError, match="warp 0 \\(cta 1\\) .* may not be initialised yet"):
             protocol_replay.replay(racy, seed)
+
+
+def test_a_cluster_barrier_exempts_only_the_remote_arrive_it_orders():
+    """Hand-built pair: completion 2 of CTA 0's barrier is CTA 1's remote arrive (ordered by the exit
+    cluster barrier) and CTA 0's tcgen05.commit, which nothing orders: no warp waits for the
+    completion, so the commit may land after CTA 0 exits. The exemption is the remote arrive's, not
+    the phase's."""
+    bar = protocol.Bar("b", 0, 0)
+    op = protocol.Op
+    ca, cw = op("cluster_arrive", 4, "cluster_arrive()"), op("cluster_wait", 5, "cluster_wait()")
+    cta0 = [op("init", 1, "init", bar, 2), op("arrive", 2, "arrive(b)", bar, 2), op("wait", 3, "wait(b, 0)", bar, 0),
+            ca, cw, op("commit", 6, "commit(b)", bar, 1), ca, cw]
+    cta1 = [ca, cw, op("arrive", 7, "arrive(b, 0)", bar, 1), ca, cw]
+    proto = protocol.Protocol("toy", [cta0, cta1], {bar: 2}, ctas=2)
+    _fails_under_some_schedule(proto, "completion 2 of cta 0's b\\[0\\] is made by an asynchronous arrive")
+    without_commit = protocol.Protocol("toy", [cta0[:5] + cta0[6:], [*cta1[:3], cta1[2], *cta1[3:]]], {bar: 2},
+                                       ctas=2)
+    for seed in range(20):                       # two ordered remote arrives: exit-safe
+        protocol_replay.replay(without_commit, seed)
 
 
 def test_b14_replays_clusters_with_no_work_tile_and_odd_kv_counts():

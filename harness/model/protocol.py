@@ -63,11 +63,21 @@ A barrier is then (field, index, CTA), and every CTA runs the same kernel with i
   copy of the same rank in the leader's warp. The peer's bytes may land before the leader's
   expect-tx (the tx-count goes below zero, as the PTX ISA allows). Bytes are counted, not tiles:
   that a peer's copy lands in the phase it is meant for is not checked;
+- a multicast copy (``mcast_mask``, the Hopper cluster experiment) writes its stage in every CTA of
+  its mask: for each, every warp there that reads the phase it overwrites (waits on that CTA's full
+  barrier) must have released it (arrived on the stage's empty barrier, the one the issuing warp
+  last waited on) before the copy is issued, as far as the issuing warp knows; otherwise a race
+  (``MulticastStages``: a CTA's consumers releasing only their own CTA's stage);
 - ``cluster_arrive[_relaxed]`` / ``cluster_wait``: the cluster barrier, which a warp passes once
-  every warp of every CTA has arrived for that generation (the relaxed arrive is taken to publish
-  the inits: the kernel's ``fence.mbarrier_init`` before it does);
+  every warp of every CTA has arrived for that generation. The relaxed arrive
+  (barrier.cluster.arrive.relaxed) orders no memory access before it: it publishes only the inits
+  (the kernel's ``fence.mbarrier_init`` before it does) and orders no remote arrive before exit;
 - a remote arrive is, for the CTA it lands in, like an asynchronous agent: its completion needs a
-  waiter there (the arriving thread is not in that CTA, which could exit first);
+  waiter there (the arriving thread is not in that CTA, which could exit first), or a cluster
+  barrier after it (a release arrive) that every warp of that CTA waits on; that exempts the
+  remote arrive only, not a commit's or copy's arrival in the same phase;
+- the work-tile count ``n_tiles`` of a persistent cluster step is given, the same for every CTA of
+  the cluster; the kernel's ``n_tiles`` must not depend on the CTA's rank (checked on the source);
 - inits stay in the warp's program, and the replay follows what each warp knows to have happened
   (through mbarrier phases, commits, copies, named and cluster barriers): using a barrier (a wait,
   an arrive, an expect-tx, issuing a copy or a commit on it) that nothing orders after its
@@ -91,9 +101,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.model.pipeline_model import ProtocolError
+
 PROBE = "_timeline_probe"   # a timeline marker in an instrumented copy (harness/timeline/probes.py): an op "mark"
 
 WARP = 32
+RELAXED = 1         # a cluster_arrive's value: barrier.cluster.arrive.relaxed (0: the release arrive)
+
+
 class ExtractionError(ValueError):
     """The kernel does something with barriers that the walk cannot decide."""
 
@@ -132,7 +147,8 @@ class Op:
     line: int          # line in the step file
     text: str          # the call as written
     bar: Bar | None = None
-    value: int = 0     # init: count; wait: parity; arrive/expect/commit: arrivals; sync: barrier id
+    value: int = 0     # init: count; wait: parity; arrive/expect/commit: arrivals; sync: barrier id;
+                       # cluster_arrive: RELAXED or 0
     threads: int = 0   # sync / bar_arrive: the barrier's thread count
     copies: int = 0    # expect: copies announced
     tile: int = 0      # mark: the K/V tile of a timeline phase (harness/timeline/probes.py); value: its phase
@@ -175,3 +191,72 @@ class Protocol:
 def cluster_warps(proto: Protocol, warps) -> list[int]:
     """The protocol's warps that are the given warps of one CTA (``warp_roles``), in every CTA."""
     return [c * proto.warps_per_cta + w for c in range(proto.ctas) for w in warps]
+
+
+class MulticastStages:
+    """The stages multicast copies write (a cluster replay's helper). A multicast copy writes its stage
+    in every CTA of its mask, so for each target CTA c, every reader there of the phase it overwrites
+    (a warp of c that waits on c's full barrier) must have released it (arrived on the stage's empty
+    barrier, in any CTA) before the copy is issued, as far as the issuing warp knows: through the
+    empty barrier it waited on, to which the release must be carried (a remote arrive, through mapa).
+    The stage's empty barrier is the issuing warp's last wait before the copy; the phase a copy
+    fills is the issuer's count of expect-tx on its own full barrier. Each release is a knowledge bit
+    of the replay's (``know``), from ``first_bit`` on."""
+
+    def __init__(self, proto: Protocol, first_bit: int):
+        self.proto, self.next_bit = proto, first_bit
+        self.empty_of: dict = {}      # a multicast full barrier's (name, index) -> its empty barrier's
+        for w, ops in enumerate(proto.warps):
+            last = None
+            for op in ops:
+                if op.kind == "wait":
+                    last = (op.bar.name, op.bar.index)
+                elif op.kind == "copy" and op.ctas and (
+                        last is None or self.empty_of.setdefault((op.bar.name, op.bar.index), last) != last):
+                    raise ProtocolError(f"{proto.step}: {proto.role(w)} line {op.line} `{op.text}`: a multicast copy "
+                                        "whose stage no single barrier frees (the issuing warp's last wait before it)")
+        self.readers: dict = {}       # a full barrier (of its CTA) -> {warp of that CTA: its waits on it}
+        for w, ops in enumerate(proto.warps):
+            for op in ops:
+                if op.kind == "wait" and (op.bar.name, op.bar.index) in self.empty_of:
+                    self.readers.setdefault(op.bar, {}).setdefault(w, 0)
+                    self.readers[op.bar][w] += 1
+        self.unreleased: dict = {}    # warp -> [(full barrier, completion it read)]
+        self.bits: dict = {}          # (warp, full barrier, completion) -> its release's knowledge bit
+        self.announced: dict = {}     # (warp, its own full barrier) -> its expect-tx there so far
+
+    def read(self, w: int, bar: Bar, completion: int):
+        if (bar.name, bar.index) in self.empty_of:
+            self.unreleased.setdefault(w, []).append((bar, completion))
+
+    def release(self, w: int, bar: Bar) -> int:
+        """The knowledge bits of the reads warp w releases by arriving (or committing) on ``bar``."""
+        new, keep = 0, []
+        for full, c in self.unreleased.get(w, ()):
+            if self.empty_of[(full.name, full.index)] == (bar.name, bar.index):
+                self.bits[(w, full, c)] = 1 << self.next_bit
+                new |= 1 << self.next_bit
+                self.next_bit += 1
+            else:
+                keep.append((full, c))
+        self.unreleased[w] = keep
+        return new
+
+    def announce(self, w: int, bar: Bar):
+        self.announced[(w, bar)] = self.announced.get((w, bar), 0) + 1
+
+    def check_issue(self, w: int, op: Op, know: int):
+        """Warp w issues multicast copy ``op`` knowing ``know``: a race if a reader of the phase it
+        overwrites, in any CTA it writes, may still be reading."""
+        over = self.announced.get((w, op.bar), 0) - 1         # the completion the stage holds
+        for c in op.ctas:
+            full = Bar(op.bar.name, op.bar.index, c)
+            for r, n in sorted(self.readers.get(full, {}).items()):
+                if 1 <= over <= n and not know & self.bits.get((r, full, over), 0):
+                    p = self.proto
+                    empty = Bar(*self.empty_of[(full.name, full.index)], p.cta_of(w))
+                    raise ProtocolError(
+                        f"{p.step}: race: {p.role(w)} line {op.line} `{op.text}` multicasts into {full}'s stage "
+                        f"(its completion {over + 1}) while nothing orders the copy after {p.role(r)}'s release of "
+                        f"completion {over}: that release must reach {empty}, which the issuing warp waited on "
+                        "(through a remote arrive, mapa, where it is another CTA's)")

@@ -11,7 +11,7 @@ import random
 import re
 
 from harness.model.pipeline_model import MBarrier, ProtocolError
-from harness.model.protocol import WARP, Protocol, lands_on
+from harness.model.protocol import RELAXED, WARP, MulticastStages, Protocol, lands_on
 from harness.model.protocol_source import extract
 
 # ------------------------------------------------------------------------------------------------
@@ -74,8 +74,10 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
     named: dict = {}                                # (cta, id) -> {"threads", "arrived", "waiting", ...}
     blocked_at_sync = set()
     moved_on: list = []                             # warps a named barrier's completion moved past it
-    clusterbar = {"arrived": [0] * n_warps, "waited": [0] * n_warps, "know": {}}
+    clusterbar = {"arrived": [0] * n_warps, "waited": [0] * n_warps, "know": {}, "relaxed": set()}
     remote_arrives: list = []                       # (warp, op, completion it counts toward, its cluster arrives)
+    agents: dict = {}                               # (bar, completion) -> its asynchronous arrivals: "copy",
+                                                    # "commit" or a remote arrive's index in remote_arrives
 
     # What each warp knows to have happened (cluster only; a 1-CTA step's inits are hoisted): a bit
     # per barrier's init and per warp "done with TMEM" (at its last sync_threads), passed on by
@@ -88,6 +90,8 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
     pending_know = dict.fromkeys(bars, 0)           # arrivals of the phase in progress
     released = dict.fromkeys(bars, 0)               # arrivals of every completed phase
     init_site = {op.bar: (w, op) for w, ops in enumerate(proto.warps) for op in ops if op.kind == "init"}
+    inits = (1 << len(bars)) - 1                    # what a relaxed cluster arrive publishes (below)
+    stages = MulticastStages(proto, len(bars) + n_warps) if cluster else None
 
     def need_init(w, op, bar):
         if cluster and not know[w] & bit[bar]:
@@ -96,12 +100,16 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
                                 f"be initialised yet: nothing orders it after its mbarrier_init ({proto.role(iw)} "
                                 f"line {init.line}); a remote arrive, copy or commit before the cluster barrier?")
 
-    def arrive(bar, times, knowledge, expect=0, asynchronous=False, tx=0):
+    def arrive(bar, times, knowledge, expect=0, asynchronous=False, tx=0, agent=None):
         b = bars[bar]
         before = b.phase
         b.arrive_many(times, expect_tx=expect, asynchronous=asynchronous)
         if tx:
             b.complete_tx(tx)
+        if agent is not None:       # the completions it counts toward: each must be ordered before exit
+            last = b.phase + (b.pending != b.count) if b.phase > before else before + 1
+            for c in range(before + 1, last + 1):
+                agents.setdefault((bar, c), set()).add(agent)
         if cluster:
             pending_know[bar] |= knowledge
             if b.phase != before:
@@ -163,7 +171,12 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
             if arrived[w] != gen:
                 raise ProtocolError(f"{proto.step}: {proto.role(w)} line {op.line} `{op.text}` arrives on the cluster "
                                     "barrier twice without waiting in between")
-            clusterbar["know"][gen] = clusterbar["know"].get(gen, 0) | know[w]
+            # barrier.cluster.arrive.relaxed orders no prior memory access: it publishes only the inits
+            # (the fence.mbarrier_init before it does) and orders no remote arrive before the exit
+            relaxed = op.value == RELAXED
+            clusterbar["know"][gen] = clusterbar["know"].get(gen, 0) | (know[w] & inits if relaxed else know[w])
+            if relaxed:
+                clusterbar["relaxed"].add((w, gen))
             arrived[w] += 1
             return True
         if arrived[w] != gen + 1:
@@ -196,18 +209,29 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
             need_init(w, op, op.bar)
             if not pass_wait(w, op):
                 return False
+            if stages:
+                stages.read(w, op.bar, observed[(w, op.bar)])
         elif op.kind in ("arrive", "expect"):
             need_init(w, op, op.bar)
+            if stages:
+                know[w] |= stages.release(w, op.bar)
             # another CTA's arrive is asynchronous to this one: its exit does not wait for it
             remote = cluster and op.bar.cta != cta[w]
             if remote:
                 remote_arrives.append((w, op, bars[op.bar].phase + 1, clusterbar["arrived"][w]))
-            arrive(op.bar, op.value, know[w], expect=op.copies if op.kind == "expect" else 0, asynchronous=remote)
+            arrive(op.bar, op.value, know[w], expect=op.copies if op.kind == "expect" else 0, asynchronous=remote,
+                   agent=len(remote_arrives) - 1 if remote else None)
+            if stages and op.kind == "expect":
+                stages.announce(w, op.bar)
         elif op.kind == "copy":
+            if stages and op.ctas:
+                stages.check_issue(w, op, know[w])
             for bar in lands_on(op):        # a multicast copy: its bytes land in each CTA of its mask
                 need_init(w, op, bar)
                 copies.append((bar, know[w]))
         elif op.kind == "commit":
+            if stages:
+                know[w] |= stages.release(w, op.bar)
             for bar in lands_on(op):
                 need_init(w, op, bar)
                 commits.append((op, bar, know[w]))
@@ -224,12 +248,12 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
 
     def land_copy(i):
         bar, knowledge = copies.pop(i)
-        arrive(bar, 0, knowledge, tx=1)
+        arrive(bar, 0, knowledge, tx=1, agent="copy")
         return True
 
     def land_commit(i):
         op, bar, knowledge = commits.pop(i)
-        arrive(bar, op.value, knowledge, asynchronous=True)
+        arrive(bar, op.value, knowledge, asynchronous=True, agent="commit")
         return True
 
     live = [w for w in range(n_warps) if proto.warps[w]]       # warps with operations left, in order
@@ -237,7 +261,7 @@ def replay(proto: Protocol, seed: int = 0, max_steps: int = 2_000_000) -> int:
         warps, landing = len(live), len(copies)
         total = warps + landing + len(commits)
         if not total:
-            _check_end(proto, bars, seen, waited, _exit_ordered(proto, remote_arrives, bars, seen, clusterbar))
+            _check_end(proto, bars, seen, waited, _exit_ordered(proto, remote_arrives, bars, seen, clusterbar), agents)
             half = {key: st for key, st in named.items() if st["arrived"]}
             if half:
                 ids = sorted(i for _, i in half) if not cluster else [f"cta {c}'s {i}" for c, i in sorted(half)]
@@ -294,15 +318,17 @@ def _blocked(proto, pc, bars, named, clusterbar) -> str:
 def _exit_ordered(proto, remote_arrives, bars, seen, clusterbar) -> set:
     """Exit safety of arrives on another CTA's barrier (through mapa): each must reach that CTA before
     it exits, so either a warp waits for the phase it counts toward (seen completing) or the arriving
-    warp passes a cluster barrier after it that every warp of the target CTA waits on before its
-    exit. Returns the (barrier, completion) pairs a cluster barrier orders, for _check_end; raises
-    on an arrive nothing orders."""
+    warp passes a cluster barrier after it, with a release arrive (a relaxed one orders no prior
+    memory access), that every warp of the target CTA waits on before its exit. Returns the indices
+    (in ``remote_arrives``) of the arrives a cluster barrier orders, for _check_end: only those
+    arrives are exempt, not the other asynchronous arrivals of their phase; raises on an arrive
+    nothing orders."""
     ordered = set()
-    arrived, waited = clusterbar["arrived"], clusterbar["waited"]
-    for w, op, completion, at_issue in remote_arrives:
+    arrived, waited, relaxed = clusterbar["arrived"], clusterbar["waited"], clusterbar["relaxed"]
+    for i, (w, op, completion, at_issue) in enumerate(remote_arrives):
         target = [x for x in range(len(proto.warps)) if proto.cta_of(x) == op.bar.cta]
-        if arrived[w] > at_issue and all(waited[x] > at_issue for x in target):
-            ordered.add((op.bar, completion))
+        if any((w, g) not in relaxed and all(waited[x] > g for x in target) for g in range(at_issue, arrived[w])):
+            ordered.add(i)
         elif not (bars[op.bar].phase >= completion and completion in seen[op.bar]):
             raise ProtocolError(f"{proto.step}: {proto.role(w)} line {op.line} `{op.text}` arrives on {op.bar} "
                                 f"(another CTA's) and nothing orders it before that CTA's exit: no warp waits for "
@@ -311,12 +337,16 @@ def _exit_ordered(proto, remote_arrives, bars, seen, clusterbar) -> set:
     return ordered
 
 
-def _check_end(proto, bars, seen, waited, ordered=frozenset()):
+def _check_end(proto, bars, seen, waited, ordered=frozenset(), agents=None):
+    """``agents``: (bar, completion) -> its asynchronous arrivals; a completion no warp observed is
+    exit-safe only if every one of them is a remote arrive in ``ordered``."""
+    agents = {} if agents is None else agents
     for bar, b in bars.items():
         arrived = b.phase > 0 or b.pending != b.count
         if arrived and bar not in waited:
             raise ProtocolError(f"{proto.step}: {bar} is arrived on but no warp ever waits on it")
-        late = sorted(c for c in b.async_completions if c not in seen[bar] and (bar, c) not in ordered)
+        late = sorted(c for c in b.async_completions if c not in seen[bar]
+                      and not agents.get((bar, c), {None}) <= ordered)
         if late:
             agents = "a tcgen05.commit or a copy's bytes" if proto.ctas == 1 else \
                 "a tcgen05.commit, a copy's bytes or another CTA's arrive"

@@ -13,10 +13,11 @@ import inspect
 import re
 
 from harness.model.pipeline_model import ProtocolError
-from harness.model.protocol import PROBE, WARP, Bar, ExtractionError, Op, Protocol, lands_on
+from harness.model.protocol import PROBE, RELAXED, WARP, Bar, ExtractionError, Op, Protocol, lands_on
 
 _PARAMS = ("warp_idx", "cta_rank", "n_blocks", "n_tiles")   # given, never re-assigned by the walk
                                                             # (n_tiles: a persistent CTA's work tiles, h14)
+_RANK = {"cta_rank", "block_idx", "block_idx_in_cluster"}    # differ between the CTAs of a cluster
 _SAFE_BUILTINS = {"range": range, "len": len, "min": min, "max": max, "tuple": tuple, "int": int}
 _CLUSTER_OPS = {"cluster_arrive": "cluster_arrive", "cluster_arrive_relaxed": "cluster_arrive",
                 "cluster_wait": "cluster_wait"}
@@ -312,7 +313,7 @@ class _Walk:
             add("mark", tile=self.decide(call.args[1], "timeline tile"), value=self.decide(call.args[2], "phase"),
                 edge=self.decide(call.args[3], "edge"))
         elif name in _CLUSTER_OPS:
-            add(_CLUSTER_OPS[name])
+            add(_CLUSTER_OPS[name], value=RELAXED if name == "cluster_arrive_relaxed" else 0)
         elif name == "dealloc":
             two = call.args[2] if len(call.args) > 2 else kw["is_two_cta"]
             if self.decide(two, "is_two_cta"):
@@ -369,12 +370,49 @@ def _role_names(module, n_warps: int, cluster: bool = False) -> dict:
     return names
 
 
+def _check_cluster_tile_count(kernel: ast.FunctionDef):
+    """A cluster is replayed with one ``n_tiles`` for all its CTAs (they walk the work in step): the
+    kernel's ``n_tiles`` must not depend, through its assignments, on which CTA of the cluster
+    computes it (``cta_rank``, ``block_idx()``, ``block_idx_in_cluster()``), only on the cluster's
+    index and the shape, so that the scheduler gives both CTAs the same count for every shape."""
+    if getattr(kernel, "_ladder_tiles_checked", False):     # a parsed source is reused (_parsed)
+        return
+    assigns = [n for n in ast.walk(kernel) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))]
+    ranked = set(_RANK)
+
+    def depends(node):
+        return node is not None and any(isinstance(n, ast.Name) and n.id in ranked or
+                                        isinstance(n, ast.Attribute) and n.attr in _RANK for n in ast.walk(node))
+    grown = True
+    while grown:
+        grown = False
+        for a in assigns:
+            names = {n.id for t in getattr(a, "targets", [getattr(a, "target", None)]) for n in ast.walk(t)
+                     if isinstance(n, ast.Name)}
+            if depends(a.value) and names - ranked:
+                ranked |= names
+                grown = True
+    for a in assigns:
+        targets = getattr(a, "targets", [getattr(a, "target", None)])
+        if any(isinstance(n, ast.Name) and n.id == "n_tiles" for t in targets for n in ast.walk(t)) \
+                and depends(a.value):
+            raise ExtractionError(f"line {a.lineno}: n_tiles depends on the CTA's rank in the cluster: the replay "
+                                  "gives every CTA of a cluster the same work-tile count (a CTA walking more tiles "
+                                  "than its peer waits forever on the peer's barriers)")
+    kernel._ladder_tiles_checked = True
+
+
 def extract(module, n_blocks: int, source: str | None = None, step: str | None = None,
             n_tiles: int = 1) -> Protocol:
     """The step's barrier operations, warp by warp, for a CTA (a cluster: every CTA of it) that
     loops over ``n_blocks`` tiles (of each of ``n_tiles`` work tiles, for a persistent kernel that
     names them ``n_tiles``). ``source`` replaces the module's file (to check a deliberately broken
-    copy)."""
+    copy).
+
+    ``n_tiles`` is given, not computed from the scheduler: the replay covers the counts it is asked
+    for (``replay_many``), and in a cluster every CTA gets the same count. That assumption is checked
+    on the source (``_check_cluster_tile_count``: the kernel's ``n_tiles`` does not depend on the
+    CTA's rank in the cluster); that the scheduler's counts cover the work is not checked here."""
     source = inspect.getsource(module) if source is None else source
     kernel = _kernel_def(source)
     lines = source.splitlines()
@@ -382,6 +420,8 @@ def extract(module, n_blocks: int, source: str | None = None, step: str | None =
     ctas = getattr(module, "CLUSTER_CTAS", 1)
     if ctas not in (1, 2):
         raise ExtractionError(f"a cluster of {ctas} CTAs is not modelled (only a pair)")
+    if ctas > 1:
+        _check_cluster_tile_count(kernel)
     per_cta = threads // WARP
     warps = []
     for cta in range(ctas):
