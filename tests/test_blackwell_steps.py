@@ -665,17 +665,152 @@ def test_b13_keeps_b12s_emulated_share_and_fa4s_two_cta_share_is_the_experiment(
 
 # ---- b14: persistent clusters ------------------------------------------------------------------
 
-def test_b14_launches_one_cta_per_b200_sm_in_pairs():
-    """The grid is fixed: 148 CTAs (a B200's SMs) in clusters of two, as the IR's launch facts say."""
+def test_b14_launches_pairs_on_a_grid_sized_at_launch():
+    """The grid is sized at launch (resident clusters, clamped to the work tiles), not fixed: the IR's
+    launch facts fix the block and the cluster of two, and no grid. The CPU compile (the contract's
+    six arguments, no max_clusters) takes FALLBACK_CLUSTERS, a B200's SM pairs."""
     from harness.compiler.compile import launch_facts
     from harness.model import units
     mod = resolve("b14").module
-    assert mod.SM_COUNT == units.gpu("b200").sms and mod.GRID_CTAS == mod.SM_COUNT // 2 * 2
+    assert mod.FALLBACK_CLUSTERS == units.gpu("b200").sms // mod.CLUSTER_CTAS == 74
+    assert not hasattr(mod, "GRID_CTAS")
     facts = launch_facts(resolve("b14"), ARCH)
-    assert facts["exact_grid_dim"] == (mod.GRID_CTAS, 1, 1) and facts["exact_cluster_dim"] == (2, 1, 1)
+    assert "exact_grid_dim" not in facts and facts["exact_cluster_dim"] == (2, 1, 1)
+    assert facts["exact_block_dim"] == (mod.THREADS, 1, 1)
     # the walk is over clusters, from the cluster's own index and count (both CTAs read the same)
     ptx = _ptx(resolve("b14"))
     assert "%clusterid.x" in ptx and "%nclusterid.x" in ptx
+
+
+@pytest.mark.parametrize("capacity,n_work,clusters", [
+    (74, 1, 1), (74, 45, 45), (74, 74, 74), (74, 150, 74),     # fewer tiles than clusters, as many, more
+    (60, 45, 45), (60, 150, 60), (37, 300, 37), (1, 7, 1),     # a GPU holding fewer than 74 pairs
+    (73, 75, 73), (71, 35, 35), (148, 512, 148)])              # odd counts; a larger GPU
+def test_b14_grid_is_the_resident_clusters_clamped_to_the_work(capacity, n_work, clusters):
+    mod = resolve("b14").module
+    assert mod.grid_clusters(mod.check_capacity(capacity), n_work) == clusters
+
+
+@pytest.mark.parametrize("capacity", [0, -2, None, 74.0, True])
+def test_b14_rejects_a_capacity_that_launches_no_cluster(capacity):
+    """A capacity must be a positive int (0 clusters would be an empty grid, a launch error)."""
+    with pytest.raises(ValueError, match="resident clusters"):
+        resolve("b14").module.check_capacity(capacity)
+
+
+def _fake_gpus(monkeypatch, answers, sms=132):
+    """torch and cutlass.utils.HardwareInfo as on a host with len(answers) GPUs of ``sms`` SMs, whose
+    driver answers answers[i] (a count, or an exception it raises) for device i; returns the
+    (device, cluster size) queries it was asked."""
+    import contextlib
+    import types
+
+    import cutlass.utils
+    import torch
+    asked = []
+
+    class HardwareInfo:
+        def __init__(self, device_id=0):
+            self.device_id = device_id
+
+        def get_max_active_clusters(self, cluster_size):
+            asked.append((self.device_id, cluster_size))
+            answer = answers[self.device_id]
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    monkeypatch.setattr(cutlass.utils, "HardwareInfo", HardwareInfo)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(answers))
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: types.SimpleNamespace(multi_processor_count=sms))
+    monkeypatch.setattr(resolve("b14").module, "_resident", {})
+    return asked
+
+
+def test_b14_capacity_without_a_gpu_is_the_fallback(monkeypatch):
+    """No CUDA device (device_count() is 0 here, or the index is past it): FALLBACK_CLUSTERS, and
+    nothing is cached (a later call on a GPU asks the driver)."""
+    mod = resolve("b14").module
+    asked = _fake_gpus(monkeypatch, [])
+    assert mod.resident_clusters(0) == mod.FALLBACK_CLUSTERS and mod._resident == {} and asked == []
+    asked = _fake_gpus(monkeypatch, [70])
+    assert mod.resident_clusters(1) == mod.FALLBACK_CLUSTERS and mod.resident_clusters(0) == 70
+
+
+def test_b14_capacity_is_the_drivers_answer_once_per_device(monkeypatch):
+    """On a GPU the capacity is what the driver says fits at once for clusters of two (below 74, odd:
+    it is not derived from the SM count), asked once per device; a driver that cannot answer gives
+    the GPU's SMs / 2 (FA4's count) with a warning; an answer of 0 clusters is refused."""
+    mod = resolve("b14").module
+    asked = _fake_gpus(monkeypatch, [71, 37, RuntimeError("CUDA error code=999"), 0], sms=148)
+    assert [mod.resident_clusters(i) for i in (0, 1, 0, 1)] == [71, 37, 71, 37]
+    assert asked == [(0, mod.CLUSTER_CTAS), (1, mod.CLUSTER_CTAS)]
+    with pytest.warns(RuntimeWarning, match="148 SMs / 2 = 74"):
+        assert mod.resident_clusters(2) == 74
+    assert mod.resident_clusters(2) == 74 and len(asked) == 3
+    with pytest.raises(ValueError, match="resident clusters"):
+        mod.resident_clusters(3)
+
+
+def test_b14_attention_launches_with_the_devices_capacity(monkeypatch):
+    """``attention`` asks the driver (resident_clusters) before the compile and passes the answer to
+    the compiled host as its seventh argument, a runtime Int32: one compile for every GPU. Run on
+    the CPU with a faked GPU, the compile and launch replaced by a recorder."""
+    import types
+
+    import cutlass
+    import torch
+
+    from ladder import contract
+    mod = resolve("b14").module
+    asked = _fake_gpus(monkeypatch, [61])
+    launches = []
+    monkeypatch.setattr(contract, "validate_inputs", lambda info, q, k, v, scale: 0.125)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: types.SimpleNamespace(cuda_stream=0))
+    monkeypatch.setattr(contract, "compiled_for",
+                        lambda info, host, arch, args: (lambda *a: launches.append((info.id, host, arch, a))))
+    q = torch.zeros(1, 512, 1, 128, dtype=torch.bfloat16)
+    for _ in range(2):
+        mod.attention(q, q, q)
+    assert asked == [(0, mod.CLUSTER_CTAS)] and len(launches) == 2
+    step, host, arch, args = launches[0]
+    assert (step, host, arch, len(args)) == ("b14", mod.host, "sm_100a", 7)
+    assert isinstance(args[-1], cutlass.Int32) and int(args[-1]) == 61
+
+
+def test_b14_host_launches_twice_the_clamped_capacity_and_the_same_kernel(tmp_path):
+    """The host function as ``attention`` compiles it (a runtime Int32 capacity after the stream):
+    its IR launches 2 * min(capacity, work tiles) CTAs (the capacity argument flows into the
+    grid, clamped on the host at launch), and its kernel's SASS is the CPU compile's (six
+    arguments, the fallback capacity): the SASS this repo's tests and tables read is the kernel
+    that runs."""
+    import collections
+    import os
+    import subprocess
+    import sys
+
+    from harness.core.paths import ROOT
+    code = ("import cutlass; from ladder import contract; from harness.core.steps import resolve; "
+            "contract.compile_host(resolve('b14').module.host, 'sm_100a', "
+            "args=(*contract.fake_arguments(), cutlass.Int32(60)))")
+    env = {**os.environ, "CUTE_DSL_KEEP": "ir,cubin", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, cwd=ROOT)
+    (ir,) = tmp_path.glob("*_clean.mlir")
+    text = ir.read_text()
+    host = re.search(r"func\.func @cutlass_host\w*\((.*?)\) -> ", text)
+    capacity = re.findall(r"(%arg\d+): i32", host.group(1))[-1]      # the last argument
+    clamp = re.search(rf"(%\w+) = arith\.minsi {capacity}, %\w+ : i32", text)
+    grid = re.search(rf"(%\w+) = arith\.muli {clamp.group(1)}, %c2_i32 : i32", text)
+    assert re.search(rf"gridDim = \({grid.group(1)}, %c1_i32, %c1_i32\)", text)
+    (cubin,) = tmp_path.glob("*.cubin")
+    real, fake = sass.read_cubin(cubin), compile_step(resolve("b14"), ARCH).sass
+    assert collections.Counter(real.opcodes) == collections.Counter(fake.opcodes)
+    assert real.registers == fake.registers
 
 
 def test_b14_stores_o_from_registers_as_b13():
@@ -699,17 +834,22 @@ def _cluster_tiles(mod, cluster, n_clusters, batch, heads, m_blocks):
             for i in range(mod.tiles_of(cluster, n_clusters, m_blocks * heads * batch))]
 
 
+@pytest.mark.parametrize("capacity", [74, 60, 37, 1])
 @pytest.mark.parametrize("batch,heads,m_blocks", [(3, 5, 7), (1, 1, 1), (7, 3, 1), (1, 100, 1), (8, 16, 4), (4, 16, 8)])
-def test_b14_scheduler_takes_every_tile_once(batch, heads, m_blocks):
-    """74 clusters walk the work tiles c, c + 74, ...: every (m-block, head, batch) is taken by
-    exactly one cluster (shapes that do not divide the clusters, and fewer tiles than clusters),
-    the m-block runs fastest, and expanded by (Q tile, CTA) every 128-row block of every (batch,
-    head) is stored once."""
+def test_b14_scheduler_takes_every_tile_once(batch, heads, m_blocks, capacity):
+    """The launched clusters (grid_clusters: the capacity, at most one per tile) walk the work tiles
+    c, c + n, ...: every (m-block, head, batch) is taken by exactly one cluster (shapes that do not
+    divide the clusters, fewer tiles than resident clusters, a GPU holding fewer than 74 pairs, odd
+    counts), every launched cluster takes at least one, the m-block runs fastest, and expanded by
+    (Q tile, CTA) every 128-row block of every (batch, head) is stored once."""
     mod = resolve("b14").module
-    n_clusters = mod.GRID_CTAS // mod.CLUSTER_CTAS
-    taken = [t for c in range(n_clusters) for t in _cluster_tiles(mod, c, n_clusters, batch, heads, m_blocks)]
+    n_work = m_blocks * heads * batch
+    n_clusters = mod.grid_clusters(capacity, n_work)
+    walks = [_cluster_tiles(mod, c, n_clusters, batch, heads, m_blocks) for c in range(n_clusters)]
+    taken = [t for walk in walks for t in walk]
     assert sorted(taken) == sorted((m, h, b) for m in range(m_blocks) for h in range(heads) for b in range(batch))
-    assert _cluster_tiles(mod, 0, n_clusters, batch, heads, m_blocks)[:1] == [(0, 0, 0)]
+    assert min(len(w) for w in walks) >= 1 and max(len(w) for w in walks) == -(-n_work // n_clusters)
+    assert walks[0][:1] == [(0, 0, 0)]
     if m_blocks > 1:
         assert mod.tile_coords(1, m_blocks, heads) == (1, 0, 0)               # m-block fastest
     rows = sorted((b, h, mod.o_row_tile(m, g, v)) for m, h, b in taken

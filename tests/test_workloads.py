@@ -22,13 +22,15 @@ def test_seeds_and_sampled_rows_do_not_depend_on_the_process():
     assert len(set(seeds)) == len(seeds)          # each case its own inputs
 
 
-def test_b14s_selfcheck_shapes_leave_clusters_idle_then_walk_several_tiles():
-    """README "Running on a B200": b14's first selfcheck cases have fewer work tiles than b14 has
-    clusters (idle clusters must still set up and exit cleanly), and the last has more (clusters walk
+def test_b14s_selfcheck_shapes_launch_one_cluster_per_tile_then_walk_several_tiles():
+    """README "Running on a B200": b14's grid is clamped to the work, so its first selfcheck cases,
+    with fewer work tiles than a B200 holds clusters, launch one cluster per tile (one cluster, then
+    45: no cluster starts without a tile), and the last has more tiles than clusters (clusters walk
     several tiles, the cross-tile path, under the sanitizers too)."""
     from harness.core.steps import resolve
     step = resolve("b14")
-    clusters = step.module.GRID_CTAS // step.info.extra["cta_group"]
+    mod = step.module
+    clusters = mod.FALLBACK_CLUSTERS            # a B200's SM pairs: the most it can hold at once
 
     def work_tiles(case):
         batch, seqlen, heads, _ = case.shape_for(step.info)
@@ -36,6 +38,10 @@ def test_b14s_selfcheck_shapes_leave_clusters_idle_then_walk_several_tiles():
 
     tiny = [work_tiles(case) for case in workloads.TINY_CASES]
     assert tiny[0] == 1 and max(tiny[:-1]) < clusters < tiny[-1]
+    for n_work in tiny[:-1]:
+        assert mod.grid_clusters(clusters, n_work) == n_work
+        assert all(mod.tiles_of(c, n_work, n_work) == 1 for c in range(n_work))
+    assert mod.grid_clusters(clusters, tiny[-1]) == clusters and mod.tiles_of(0, clusters, tiny[-1]) >= 2
     assert max(work_tiles(case) for case in workloads.NUMERICS_CASES) > clusters
 
 

@@ -1,9 +1,11 @@
 """b14 — persistent clusters: one cluster per SM pair walks the work tiles.
 
-Change from b13: the grid is GRID_CTAS = 148 CTAs (a B200's SMs, as 74 pairs), not one cluster
-per 512 query rows. Cluster c takes work tiles c, c + 74, c + 148, ... of the m_blocks x heads x
-batch tiles (the query block fastest, then the head, then the batch: FA4's
-StaticPersistentTileScheduler), and every role runs its b13 loop once per tile, its barrier
+Change from b13: the grid is one cluster per SM pair the GPU holds at once (at most 74 on a
+B200's 148 SMs), not one cluster per 512 query rows; the count is asked of the driver at launch
+(cuOccupancyMaxActiveClusters, once per device: resident_clusters) and clamped to the work tiles
+(grid_clusters, as FA4's StaticPersistentTileScheduler clamps its SM count / 2). With n clusters, cluster c
+takes work tiles c, c + n, c + 2n, ... of the m_blocks x heads x batch tiles (the query block
+fastest, then the head, then the batch: FA4's order), and every role runs its b13 loop once per tile, its barrier
 phases and ring positions counted across tiles (nothing is reset between work tiles). One new
 barrier: q_empty (the work tile's last S MMA has read Q: the load warps may bring the next
 tile's Q; a multicast commit). Everything else is b13's: the softmax warps still store O from
@@ -14,7 +16,7 @@ barrier, TMEM alloc, setmaxnreg, a K/V ring that starts empty) and its end (the 
 the O drain from TMEM and the stores, the TMEM handshake), with the SMs idle between a CTA's exit
 and the next one's start. A persistent cluster pays them once; the next tile's loads start as
 soon as the current tile's last S MMAs have read Q, and its first S MMAs follow this tile's last
-P V on the tensor core while the softmax warps drain O. At 4k (16 heads, batch 4: 512 work tiles over 74 clusters, 7 rounds)
+P V on the tensor core while the softmax warps drain O. At 4k (16 heads, batch 4: 512 work tiles over a B200's 74 clusters, 7 rounds)
 the start and end are a larger part of each cluster's work than at 16k (1 batch: 32 m-blocks x
 16 heads, 512 tiles, each 4x longer).
 
@@ -26,13 +28,15 @@ it here: a work tile's O drain (TMEM -> registers -> global memory) still sits o
 warps' path, and the next work tile's first P V waits for it (FA4 moves the drain to the
 correction warps and the store to an epilogue warp).
 
-Evidence: ``ladder sass b14 --against b13``; tests/test_blackwell_steps.py (the grid and cluster
-in the IR's launch facts, the scheduler's tile order for shapes that do not divide the clusters,
-O still stored from registers); tests/test_barrier_protocol.py (the pair's barriers replayed
+Evidence: ``ladder sass b14 --against b13``; tests/test_blackwell_steps.py (the cluster in the
+IR's launch facts, a grid sized at launch; the grid for fake capacities, fewer tiles than clusters
+and odd counts, and the scheduler's tile order for each: every tile once; O still stored from
+registers); tests/test_barrier_protocol.py (the pair's barriers replayed
 over 0-3 work tiles per cluster); writeups/blackwell/14-persistent.md.
-Compiled, not yet run on a B200.
+Compiled, not yet run on a B200 (nor the capacity query, which needs a GPU).
 """
 import math
+import warnings
 
 import cutlass
 import cutlass.cute as cute
@@ -80,9 +84,11 @@ KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the leader's tcgen05.
 P_FULL_ARRIVALS = CLUSTER_CTAS * TILE_M                  # every softmax thread of Q tile g, both CTAs
 O_READY_ARRIVALS = CLUSTER_CTAS * CORRECTION_WARPS * 32  # every correction thread, both CTAs
 TMEM_FREE_ARRIVALS = 32            # the other CTA's MMA warp, one arrival per lane, before the pair frees TMEM
-# Persistent grid: one CTA per SM of a B200, in pairs (clusters); the kernel walks the work tiles.
+# Persistent grid: one cluster per SM pair the GPU holds at once (queried at launch:
+# resident_clusters), but no more clusters than work tiles; the kernel walks the work tiles.
+# Where no GPU answers (the CPU compile) a B200's pairs stand in: 148 SMs, 74 clusters.
 SM_COUNT = 148
-GRID_CTAS = SM_COUNT // CLUSTER_CTAS * CLUSTER_CTAS
+FALLBACK_CLUSTERS = SM_COUNT // CLUSTER_CTAS
 NUM_STAGES = 2                     # K/V ring depth: tiles in flight ahead of the MMA warp
 # Columns per tcgen05.ld/st of S, O and P (16, as in b02-b11; a register-allocation knob, not part
 # of the algorithm).
@@ -243,6 +249,13 @@ def tile_coords(tile, m_blocks, heads):
     return tile % m_blocks, (tile // m_blocks) % heads, tile // (m_blocks * heads)
 
 
+def grid_clusters(capacity, n_work):
+    """Clusters to launch: as many as the GPU holds at once, but no more than there are work tiles
+    (FA4's StaticPersistentTileScheduler.get_grid_shape), so no cluster starts only to find no tile.
+    Python ints on the host (tests) or Int32s while tracing ``host``."""
+    return cutlass.min(capacity, n_work)
+
+
 def tiles_of(cluster, n_clusters, n_work):
     """How many of the work tiles cluster, cluster + n_clusters, ... exist (< n_work)."""
     return (n_work - cluster + n_clusters - 1) // n_clusters
@@ -308,9 +321,11 @@ def tcgen05_fence_after_thread_sync():
 
 @cute.jit
 def host(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
-         softmax_scale: cutlass.Float32, stream):
-    """Build layouts, copies and the tiled MMAs; launch GRID_CTAS CTAs in clusters of two, which
-    walk the work tiles."""
+         softmax_scale: cutlass.Float32, stream, max_clusters: cutlass.Int32 = FALLBACK_CLUSTERS):
+    """Build layouts, copies and the tiled MMAs; launch grid_clusters(max_clusters, work tiles)
+    clusters of two CTAs, which walk the work tiles. max_clusters is a runtime Int32 (one compile
+    serves every shape and GPU): ``attention`` passes the GPU's resident clusters; a call with the
+    contract's six arguments (the CPU compile, the timeline probes) gets the default, FALLBACK_CLUSTERS."""
     dtype = mQ.element_type
     mQ, mK, mV, mO = (contract.aligned(t) for t in (mQ, mK, mV, mO))
     tiled_mma, tiled_mma_pv = make_tiled_mmas(dtype)
@@ -319,8 +334,11 @@ def host(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
     SharedStorage = make_shared_storage(dtype, sQ_layout, sK_layout, sVt_layout)
     (tma_Q, tma_mQ), (tma_K, tma_mK), (tma_V, tma_mVt) = make_tma_loads(
         mQ, mK, mV, sQ_layout, sK_layout, sVt_layout, tiled_mma, tiled_mma_pv)
-    # Persistent: one CTA per SM, in pairs (a cluster per SM pair); the kernel walks the work tiles.
-    grid = (GRID_CTAS, 1, 1)
+    # Persistent: one cluster per resident SM pair, at most one per work tile (a work tile: one
+    # cluster's 512 query rows of one (batch, head)); the kernel walks the work tiles.
+    n_work = (cute.size(mQ.shape[1]) // (CLUSTER_CTAS * NUM_Q_TILES * TILE_M)
+              * cute.size(mQ.shape[2]) * cute.size(mQ.shape[0]))
+    grid = (grid_clusters(max_clusters, n_work) * CLUSTER_CTAS, 1, 1)
     kernel(tma_Q, tma_mQ, tma_K, tma_mK, tma_V, tma_mVt, mO, softmax_scale,
            sQ_layout, sK_layout, sVt_layout, make_tmem_p_layout(tiled_mma_pv), tiled_mma, tiled_mma_pv,
            SharedStorage).launch(
@@ -358,7 +376,7 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     heads = cute.size(tma_mQ.shape[2])
     m_blocks = cute.size(tma_mQ.shape[0]) // (CLUSTER_CTAS * NUM_Q_TILES * TILE_M)
     cluster, _, _ = cute.arch.cluster_idx()            # %clusterid.x: this pair's index
-    n_clusters, _, _ = cute.arch.cluster_dim()         # %nclusterid.x: GRID_CTAS / 2 pairs
+    n_clusters, _, _ = cute.arch.cluster_dim()         # %nclusterid.x: the launched pairs, any count
     n_tiles = tiles_of(cluster, n_clusters, m_blocks * heads * cute.size(tma_mQ.shape[3]))
 
     smem = cutlass.memory.SmemAllocator()
@@ -911,7 +929,7 @@ INFO = contract.StepInfo(
     id="b14",
     slug="persistent",
     title="Persistent clusters",
-    change="148 CTAs (74 pairs) walk the work tiles (m-block fastest, then head, batch): every role loops over its cluster's tiles, its barrier phases and ring positions running on across them; q_empty lets the load warps refill Q",
+    change="one cluster per resident SM pair (queried at launch, clamped to the work) walks the work tiles (m-block fastest, then head, batch): every role loops over its cluster's tiles, its barrier phases and ring positions running on across them; q_empty lets the load warps refill Q",
     archs=("sm_100a",),
     enabler=False,
     threads=THREADS,
@@ -942,14 +960,67 @@ INFO = contract.StepInfo(
 )
 
 
-_attention = contract.make_attention(INFO, host)
+_attention = contract.make_attention(INFO, host)    # its docstring; ``attention`` below is the call
 # A cluster covers CLUSTER_CTAS x tile_m query rows: the input checks hold seqlen to that unit.
 _CLUSTER_INFO = contract.StepInfo(**{**vars(INFO), "tile_m": CLUSTER_CTAS * INFO.tile_m})
 
 
+def check_capacity(capacity) -> int:
+    """A resident-cluster count as the launch needs it: a positive int (0 would be an empty grid)."""
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        raise ValueError(f"resident clusters: need a positive int, got {capacity!r}")
+    return capacity
+
+
+_resident: dict = {}
+
+
+def resident_clusters(device_index: int) -> int:
+    """Clusters of CLUSTER_CTAS CTAs the GPU ``device_index`` holds at once, asked of the driver
+    once per device (cuOccupancyMaxActiveClusters, through cutlass.utils.HardwareInfo). With no
+    such CUDA device, FALLBACK_CLUSTERS (a B200's 74, not cached); where the driver cannot answer
+    (HardwareInfo's RuntimeError: a driver before 11.8, a CUDA error), the GPU's SMs / 2, FA4's
+    count, which assumes every pair can form a cluster at once.
+
+    HardwareInfo asks about a stand-in kernel that takes a whole SM (all its opt-in shared memory),
+    not about this kernel; the count is the same because this kernel also fits one CTA per SM
+    (512 threads x 128 registers: the whole register file; 128 KB of shared memory, two would not
+    fit; all 512 TMEM columns), so it counts the SM pairs that can host a cluster at once, set by
+    the GPU's layout (how its SMs split into GPCs), not by the kernel."""
+    if device_index not in _resident:
+        import torch
+        if device_index >= torch.cuda.device_count():       # 0 without a driver; does not raise
+            return FALLBACK_CLUSTERS
+        from cutlass.utils import HardwareInfo
+        with torch.cuda.device(device_index):
+            torch.cuda.synchronize()     # a runtime call: the device's primary context is now current here
+            try:
+                capacity = HardwareInfo(device_index).get_max_active_clusters(CLUSTER_CTAS)
+            except RuntimeError as err:
+                sms = torch.cuda.get_device_properties(device_index).multi_processor_count
+                capacity = sms // CLUSTER_CTAS
+                warnings.warn(f"b14: the driver did not say how many clusters fit ({err}); "
+                              f"taking {sms} SMs / {CLUSTER_CTAS} = {capacity}", RuntimeWarning, stacklevel=2)
+        _resident[device_index] = check_capacity(capacity)
+    return _resident[device_index]
+
+
+# contract.make_attention's call, with one more launch argument: the GPU's resident clusters.
 def attention(q, k, v, softmax_scale=None):
-    contract.validate_inputs(_CLUSTER_INFO, q, k, v, softmax_scale)
-    return _attention(q, k, v, softmax_scale)
+    import torch
+    from cuda.bindings import driver as cuda
+
+    scale = contract.validate_inputs(_CLUSTER_INFO, q, k, v, softmax_scale)
+    arch = INFO.arch_for_capability(torch.cuda.get_device_capability(q.device))
+    # Before the compile, outside the traced code: the query compiles and loads a kernel of its own.
+    max_clusters = resident_clusters(q.device.index if q.device.index is not None else torch.cuda.current_device())
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    with torch.cuda.device(q.device):
+        stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+        args = (*(contract.runtime_tensor(t) for t in (q, k, v, o)), cutlass.Float32(scale), stream,
+                cutlass.Int32(max_clusters))
+        contract.compiled_for(INFO, host, arch, args)(*args)
+    return o
 
 
 attention.__doc__ = _attention.__doc__ + (f" seqlen: a multiple of {CLUSTER_CTAS * INFO.tile_m}, the query "
