@@ -112,7 +112,7 @@ def fa4_like(step) -> tuple[str, MmaIssue]:
 
 def readings(step, against=None) -> dict[str, MmaIssue]:
     """The step's reading, the other step's (if any) and FA4's, by column name."""
-    out = {s.id: of_step(s) for s in ([against] if against else []) + [step]}
+    out = {s.spec: of_step(s) for s in ([against] if against else []) + [step]}
     name, fa4 = fa4_like(step)
     out[name] = fa4
     return out
