@@ -76,8 +76,9 @@ A barrier is then (field, index, CTA), and every CTA runs the same kernel with i
   waiter there (the arriving thread is not in that CTA, which could exit first), or a cluster
   barrier after it (a release arrive) that every warp of that CTA waits on; that exempts the
   remote arrive only, not a commit's or copy's arrival in the same phase;
-- the work-tile count ``n_tiles`` of a persistent cluster step is given, the same for every CTA of
-  the cluster; the kernel's ``n_tiles`` must not depend on the CTA's rank (checked on the source);
+- the work-tile count ``n_tiles`` of a persistent cluster step, and the K/V tile count ``n_blocks``,
+  are given, the same for every CTA of the cluster: no assignment of either in the source (kernel
+  or role function) may depend on the CTA's rank (checked on the source);
 - inits stay in the warp's program, and the replay follows what each warp knows to have happened
   (through mbarrier phases, commits, copies, named and cluster barriers): using a barrier (a wait,
   an arrive, an expect-tx, issuing a copy or a commit on it) that nothing orders after its

@@ -332,8 +332,8 @@ def _exit_ordered(proto, remote_arrives, bars, seen, clusterbar) -> set:
         elif not (bars[op.bar].phase >= completion and completion in seen[op.bar]):
             raise ProtocolError(f"{proto.step}: {proto.role(w)} line {op.line} `{op.text}` arrives on {op.bar} "
                                 f"(another CTA's) and nothing orders it before that CTA's exit: no warp waits for "
-                                "the phase it counts toward and no cluster barrier follows it; it may land in the "
-                                "shared memory of an exited CTA")
+                                "the phase it counts toward and no cluster barrier with a release arrive (not "
+                                ".relaxed) follows it; it may land in the shared memory of an exited CTA")
     return ordered
 
 

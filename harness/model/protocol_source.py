@@ -370,36 +370,39 @@ def _role_names(module, n_warps: int, cluster: bool = False) -> dict:
     return names
 
 
-def _check_cluster_tile_count(kernel: ast.FunctionDef):
-    """A cluster is replayed with one ``n_tiles`` for all its CTAs (they walk the work in step): the
-    kernel's ``n_tiles`` must not depend, through its assignments, on which CTA of the cluster
-    computes it (``cta_rank``, ``block_idx()``, ``block_idx_in_cluster()``), only on the cluster's
-    index and the shape, so that the scheduler gives both CTAs the same count for every shape."""
-    if getattr(kernel, "_ladder_tiles_checked", False):     # a parsed source is reused (_parsed)
+def _check_cluster_counts(tree: ast.Module):
+    """A cluster is replayed with one ``n_tiles`` and one ``n_blocks`` for all its CTAs (they walk the
+    work in step), and the walk never re-assigns either: wherever the source assigns them (the kernel
+    or a role function), the value must not depend, through the function's assignments, on which CTA
+    of the cluster computes it (``cta_rank``, ``block_idx()``, ``block_idx_in_cluster()``), only on the
+    cluster's index and the shape, so that both CTAs get the same counts for every shape."""
+    if getattr(tree, "_ladder_counts_checked", False):      # a parsed source is reused (_parsed)
         return
-    assigns = [n for n in ast.walk(kernel) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))]
-    ranked = set(_RANK)
-
-    def depends(node):
+    def depends(node, ranked):
         return node is not None and any(isinstance(n, ast.Name) and n.id in ranked or
                                         isinstance(n, ast.Attribute) and n.attr in _RANK for n in ast.walk(node))
-    grown = True
-    while grown:
-        grown = False
+
+    def targets(a):
+        return {n.id for t in getattr(a, "targets", [getattr(a, "target", None)]) for n in ast.walk(t)
+                if isinstance(n, ast.Name)}
+    for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        assigns = [n for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))]
+        ranked = set(_RANK)
+        grown = True
+        while grown:                # what a rank-dependent value is assigned to depends on the rank too
+            grown = False
+            for a in assigns:
+                if depends(a.value, ranked) and targets(a) - ranked:
+                    ranked |= targets(a)
+                    grown = True
         for a in assigns:
-            names = {n.id for t in getattr(a, "targets", [getattr(a, "target", None)]) for n in ast.walk(t)
-                     if isinstance(n, ast.Name)}
-            if depends(a.value) and names - ranked:
-                ranked |= names
-                grown = True
-    for a in assigns:
-        targets = getattr(a, "targets", [getattr(a, "target", None)])
-        if any(isinstance(n, ast.Name) and n.id == "n_tiles" for t in targets for n in ast.walk(t)) \
-                and depends(a.value):
-            raise ExtractionError(f"line {a.lineno}: n_tiles depends on the CTA's rank in the cluster: the replay "
-                                  "gives every CTA of a cluster the same work-tile count (a CTA walking more tiles "
-                                  "than its peer waits forever on the peer's barriers)")
-    kernel._ladder_tiles_checked = True
+            for name in sorted(targets(a) & {"n_tiles", "n_blocks"}):
+                if depends(a.value, ranked):
+                    raise ExtractionError(
+                        f"line {a.lineno}: {name} depends on the CTA's rank in the cluster: the replay gives "
+                        "every CTA of a cluster the same count (a CTA walking more tiles than its peer waits "
+                        "forever on the peer's barriers)")
+    tree._ladder_counts_checked = True
 
 
 def extract(module, n_blocks: int, source: str | None = None, step: str | None = None,
@@ -409,10 +412,11 @@ def extract(module, n_blocks: int, source: str | None = None, step: str | None =
     names them ``n_tiles``). ``source`` replaces the module's file (to check a deliberately broken
     copy).
 
-    ``n_tiles`` is given, not computed from the scheduler: the replay covers the counts it is asked
-    for (``replay_many``), and in a cluster every CTA gets the same count. That assumption is checked
-    on the source (``_check_cluster_tile_count``: the kernel's ``n_tiles`` does not depend on the
-    CTA's rank in the cluster); that the scheduler's counts cover the work is not checked here."""
+    ``n_tiles`` and ``n_blocks`` are given, not computed from the scheduler or the shape: the replay
+    covers the counts it is asked for (``replay_many``), and in a cluster every CTA gets the same ones.
+    That assumption is checked on the source (``_check_cluster_counts``: no assignment of either
+    depends on the CTA's rank in the cluster); that the scheduler's counts cover the work is not
+    checked here."""
     source = inspect.getsource(module) if source is None else source
     kernel = _kernel_def(source)
     lines = source.splitlines()
@@ -421,7 +425,7 @@ def extract(module, n_blocks: int, source: str | None = None, step: str | None =
     if ctas not in (1, 2):
         raise ExtractionError(f"a cluster of {ctas} CTAs is not modelled (only a pair)")
     if ctas > 1:
-        _check_cluster_tile_count(kernel)
+        _check_cluster_counts(_parsed(source))
     per_cta = threads // WARP
     warps = []
     for cta in range(ctas):
