@@ -699,18 +699,18 @@ def test_b14_rejects_a_capacity_that_launches_no_cluster(capacity):
 
 
 def _fake_gpus(monkeypatch, answers, sms=132):
-    """torch and cutlass.utils.HardwareInfo as on a host with len(answers) GPUs of ``sms`` SMs, whose
-    driver answers answers[i] (a count, or an exception it raises) for device i; returns the
-    (device, cluster size) queries it was asked."""
-    import contextlib
-    import types
-
+    """cutlass.utils.HardwareInfo as on a host with len(answers) GPUs of ``sms`` SMs, whose driver
+    answers answers[i] (a count, or an exception it raises) for device i (``None``: no driver at
+    all); returns the (device, cluster size) queries it was asked."""
     import cutlass.utils
-    import torch
     asked = []
 
-    class HardwareInfo:
+    class HardwareInfo:                 # what the real one does in each case
         def __init__(self, device_id=0):
+            if answers is None:
+                raise RuntimeError('"cuda" is an NVIDIA driver library and can only be found via system search')
+            if device_id >= len(answers):
+                raise ValueError(f"Device ID {device_id} is out of range for device count {len(answers)}")
             self.device_id = device_id
 
         def get_max_active_clusters(self, cluster_size):
@@ -720,21 +720,21 @@ def _fake_gpus(monkeypatch, answers, sms=132):
                 raise answer
             return answer
 
+        def get_device_multiprocessor_count(self):
+            return sms
+
     monkeypatch.setattr(cutlass.utils, "HardwareInfo", HardwareInfo)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(answers))
-    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda index: types.SimpleNamespace(multi_processor_count=sms))
     monkeypatch.setattr(resolve("b14").module, "_resident", {})
     return asked
 
 
 def test_b14_capacity_without_a_gpu_is_the_fallback(monkeypatch):
-    """No CUDA device (device_count() is 0 here, or the index is past it): FALLBACK_CLUSTERS, and
-    nothing is cached (a later call on a GPU asks the driver)."""
+    """No driver (as here), or the index past the device count: FALLBACK_CLUSTERS, and nothing is
+    cached (a later call on a GPU asks the driver)."""
     mod = resolve("b14").module
-    asked = _fake_gpus(monkeypatch, [])
+    monkeypatch.setattr(mod, "_resident", {})
+    assert mod.resident_clusters(0) == mod.FALLBACK_CLUSTERS and mod._resident == {}     # the real HardwareInfo
+    asked = _fake_gpus(monkeypatch, None)
     assert mod.resident_clusters(0) == mod.FALLBACK_CLUSTERS and mod._resident == {} and asked == []
     asked = _fake_gpus(monkeypatch, [70])
     assert mod.resident_clusters(1) == mod.FALLBACK_CLUSTERS and mod.resident_clusters(0) == 70
@@ -742,72 +742,69 @@ def test_b14_capacity_without_a_gpu_is_the_fallback(monkeypatch):
 
 def test_b14_capacity_is_the_drivers_answer_once_per_device(monkeypatch):
     """On a GPU the capacity is what the driver says fits at once for clusters of two (below 74, odd:
-    it is not derived from the SM count), asked once per device; a driver that cannot answer gives
-    the GPU's SMs / 2 (FA4's count) with a warning; an answer of 0 clusters is refused."""
+    not derived from the SM count), asked once per device; a driver that cannot answer gives the
+    GPU's SMs / 2 (FA4's count); an answer of 0 clusters is refused."""
     mod = resolve("b14").module
-    asked = _fake_gpus(monkeypatch, [71, 37, RuntimeError("CUDA error code=999"), 0], sms=148)
+    asked = _fake_gpus(monkeypatch, [71, 37, RuntimeError("CUDA error code=201"), 0], sms=148)
     assert [mod.resident_clusters(i) for i in (0, 1, 0, 1)] == [71, 37, 71, 37]
     assert asked == [(0, mod.CLUSTER_CTAS), (1, mod.CLUSTER_CTAS)]
-    with pytest.warns(RuntimeWarning, match="148 SMs / 2 = 74"):
-        assert mod.resident_clusters(2) == 74
-    assert mod.resident_clusters(2) == 74 and len(asked) == 3
+    assert mod.resident_clusters(2) == 74 and mod.resident_clusters(2) == 74 and len(asked) == 3
     with pytest.raises(ValueError, match="resident clusters"):
         mod.resident_clusters(3)
 
 
-def test_b14_attention_launches_with_the_devices_capacity(monkeypatch):
-    """``attention`` asks the driver (resident_clusters) before the compile and passes the answer to
-    the compiled host as its seventh argument, a runtime Int32: one compile for every GPU. Run on
-    the CPU with a faked GPU, the compile and launch replaced by a recorder."""
+def test_b14_attention_launches_the_host_for_its_devices_capacity(monkeypatch):
+    """``attention`` asks about q's device (resident_clusters) before the compile and launches, through
+    the contract, the host with that capacity fixed: the same host (one compile) while the capacity
+    is the same, another for another capacity. Run on the CPU: the GPU parts of the contract's
+    launch are stubbed, the compile and launch replaced by a recorder."""
+    import contextlib
     import types
 
-    import cutlass
     import torch
 
     from ladder import contract
     mod = resolve("b14").module
-    asked = _fake_gpus(monkeypatch, [61])
-    launches = []
+    capacities, asked, launches = iter([61, 61, 37]), [], []     # two calls on one GPU, one on another
+    q = torch.zeros(1, 512, 1, 128, dtype=torch.bfloat16)
+    monkeypatch.setattr(mod, "resident_clusters", lambda index: asked.append(index) or next(capacities))
     monkeypatch.setattr(contract, "validate_inputs", lambda info, q, k, v, scale: 0.125)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "current_stream", lambda: types.SimpleNamespace(cuda_stream=0))
     monkeypatch.setattr(contract, "compiled_for",
-                        lambda info, host, arch, args: (lambda *a: launches.append((info.id, host, arch, a))))
-    q = torch.zeros(1, 512, 1, 128, dtype=torch.bfloat16)
-    for _ in range(2):
+                        lambda info, host, arch, args: (lambda *a: launches.append((info.id, host, arch, len(a)))))
+    for _ in range(3):
         mod.attention(q, q, q)
-    assert asked == [(0, mod.CLUSTER_CTAS)] and len(launches) == 2
-    step, host, arch, args = launches[0]
-    assert (step, host, arch, len(args)) == ("b14", mod.host, "sm_100a", 7)
-    assert isinstance(args[-1], cutlass.Int32) and int(args[-1]) == 61
+    assert asked == [q.device.index] * 3
+    assert launches == [("b14", mod.host_for(61), "sm_100a", 6)] * 2 + [("b14", mod.host_for(37), "sm_100a", 6)]
+    assert mod.host_for(61) is not mod.host_for(37) and mod.host_for(61) is not mod.host
 
 
 def test_b14_host_launches_twice_the_clamped_capacity_and_the_same_kernel(tmp_path):
-    """The host function as ``attention`` compiles it (a runtime Int32 capacity after the stream):
-    its IR launches 2 * min(capacity, work tiles) CTAs (the capacity argument flows into the
-    grid, clamped on the host at launch), and its kernel's SASS is the CPU compile's (six
-    arguments, the fallback capacity): the SASS this repo's tests and tables read is the kernel
-    that runs."""
+    """Compiled as ``attention`` compiles it (host_for a capacity of 60) and as the CPU compile does
+    (``host``, six arguments: FALLBACK_CLUSTERS), the IR launches 2 * min(capacity, work tiles)
+    CTAs, the clamp computed on the host at launch from the tensors' shapes; and the kernel's SASS
+    is the CPU compile's, so the SASS this repo reads is the kernel that runs."""
     import collections
     import os
     import subprocess
     import sys
 
     from harness.core.paths import ROOT
-    code = ("import cutlass; from ladder import contract; from harness.core.steps import resolve; "
-            "contract.compile_host(resolve('b14').module.host, 'sm_100a', "
-            "args=(*contract.fake_arguments(), cutlass.Int32(60)))")
+    code = ("from ladder import contract; from harness.core.steps import resolve; "
+            "m = resolve('b14').module; contract.compile_host(m.host, 'sm_100a'); "
+            "contract.compile_host(m.host_for(60), 'sm_100a')")
     env = {**os.environ, "CUTE_DSL_KEEP": "ir,cubin", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
     subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, cwd=ROOT)
-    (ir,) = tmp_path.glob("*_clean.mlir")
-    text = ir.read_text()
-    host = re.search(r"func\.func @cutlass_host\w*\((.*?)\) -> ", text)
-    capacity = re.findall(r"(%arg\d+): i32", host.group(1))[-1]      # the last argument
-    clamp = re.search(rf"(%\w+) = arith\.minsi {capacity}, %\w+ : i32", text)
-    grid = re.search(rf"(%\w+) = arith\.muli {clamp.group(1)}, %c2_i32 : i32", text)
-    assert re.search(rf"gridDim = \({grid.group(1)}, %c1_i32, %c1_i32\)", text)
-    (cubin,) = tmp_path.glob("*.cubin")
+    mod = resolve("b14").module
+    for name, capacity in (("host", mod.FALLBACK_CLUSTERS), ("host_for_capacity", 60)):
+        (ir,) = tmp_path.glob(f"cute_dsl_cutlass_{name}_Fake*_clean.mlir")
+        text = ir.read_text()
+        clamp = re.search(rf"(%\w+) = arith\.minsi (%\w+, %c{capacity}_i32|%c{capacity}_i32, %\w+) : i32", text)
+        grid = re.search(rf"(%\w+) = arith\.muli {clamp.group(1)}, %c2_i32 : i32", text)
+        assert re.search(rf"gridDim = \({grid.group(1)}, %c1_i32, %c1_i32\)", text), name
+    (cubin,) = tmp_path.glob("cutlass_host_for_capacity_*.cubin")
     real, fake = sass.read_cubin(cubin), compile_step(resolve("b14"), ARCH).sass
     assert collections.Counter(real.opcodes) == collections.Counter(fake.opcodes)
     assert real.registers == fake.registers

@@ -1,15 +1,17 @@
 """b14 — persistent clusters: one cluster per SM pair walks the work tiles.
 
 Change from b13: the grid is one cluster per SM pair the GPU holds at once (at most 74 on a
-B200's 148 SMs), not one cluster per 512 query rows; the count is asked of the driver at launch
-(cuOccupancyMaxActiveClusters, once per device: resident_clusters) and clamped to the work tiles
-(grid_clusters, as FA4's StaticPersistentTileScheduler clamps its SM count / 2). With n clusters, cluster c
+B200's 148 SMs), not one cluster per 512 query rows; the count is asked of the driver before
+the first launch on a device (cuOccupancyMaxActiveClusters: resident_clusters, fixed in that
+device's host by host_for) and clamped at launch to the work tiles (grid_clusters; FA4's
+StaticPersistentTileScheduler clamps its SM count / 2 the same way). With n clusters, cluster c
 takes work tiles c, c + n, c + 2n, ... of the m_blocks x heads x batch tiles (the query block
-fastest, then the head, then the batch: FA4's order), and every role runs its b13 loop once per tile, its barrier
-phases and ring positions counted across tiles (nothing is reset between work tiles). One new
-barrier: q_empty (the work tile's last S MMA has read Q: the load warps may bring the next
-tile's Q; a multicast commit). Everything else is b13's: the softmax warps still store O from
-registers to global memory, once per work tile, and o_full still completes once per work tile.
+fastest, then the head, then the batch: FA4's order), and every role runs its b13 loop once per
+tile, its barrier phases and ring positions counted across tiles (nothing is reset between work
+tiles). One new barrier: q_empty (the work tile's last S MMA has read Q: the load warps may
+bring the next tile's Q; a multicast commit). Everything else is b13's: the softmax warps still
+store O from registers to global memory, once per work tile, and o_full still completes once
+per work tile.
 
 Why: with one cluster per 512 rows every cluster pays its start (barrier init, the cluster
 barrier, TMEM alloc, setmaxnreg, a K/V ring that starts empty) and its end (the last tile's P V,
@@ -29,14 +31,14 @@ warps' path, and the next work tile's first P V waits for it (FA4 moves the drai
 correction warps and the store to an epilogue warp).
 
 Evidence: ``ladder sass b14 --against b13``; tests/test_blackwell_steps.py (the cluster in the
-IR's launch facts, a grid sized at launch; the grid for fake capacities, fewer tiles than clusters
-and odd counts, and the scheduler's tile order for each: every tile once; O still stored from
-registers); tests/test_barrier_protocol.py (the pair's barriers replayed
-over 0-3 work tiles per cluster); writeups/blackwell/14-persistent.md.
+IR's launch facts; the grid in the host's IR, 2 min(capacity, work tiles); the capacity for fake
+drivers and the grid for fake capacities, fewer tiles than clusters and odd counts, and the
+scheduler's tile order for each: every tile once; O still stored from registers);
+tests/test_barrier_protocol.py (the pair's barriers replayed over 0-3 work tiles per cluster);
+writeups/blackwell/14-persistent.md.
 Compiled, not yet run on a B200 (nor the capacity query, which needs a GPU).
 """
 import math
-import warnings
 
 import cutlass
 import cutlass.cute as cute
@@ -84,8 +86,8 @@ KV_EMPTY_ARRIVALS = 1              # kv_empty completes on the leader's tcgen05.
 P_FULL_ARRIVALS = CLUSTER_CTAS * TILE_M                  # every softmax thread of Q tile g, both CTAs
 O_READY_ARRIVALS = CLUSTER_CTAS * CORRECTION_WARPS * 32  # every correction thread, both CTAs
 TMEM_FREE_ARRIVALS = 32            # the other CTA's MMA warp, one arrival per lane, before the pair frees TMEM
-# Persistent grid: one cluster per SM pair the GPU holds at once (queried at launch:
-# resident_clusters), but no more clusters than work tiles; the kernel walks the work tiles.
+# Persistent grid: one cluster per SM pair the GPU holds at once (asked of the driver once per
+# device: resident_clusters), but no more clusters than work tiles; the kernel walks the work tiles.
 # Where no GPU answers (the CPU compile) a B200's pairs stand in: 148 SMs, 74 clusters.
 SM_COUNT = 148
 FALLBACK_CLUSTERS = SM_COUNT // CLUSTER_CTAS
@@ -321,11 +323,12 @@ def tcgen05_fence_after_thread_sync():
 
 @cute.jit
 def host(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor,
-         softmax_scale: cutlass.Float32, stream, max_clusters: cutlass.Int32 = FALLBACK_CLUSTERS):
+         softmax_scale: cutlass.Float32, stream, max_clusters: cutlass.Constexpr = FALLBACK_CLUSTERS):
     """Build layouts, copies and the tiled MMAs; launch grid_clusters(max_clusters, work tiles)
-    clusters of two CTAs, which walk the work tiles. max_clusters is a runtime Int32 (one compile
-    serves every shape and GPU): ``attention`` passes the GPU's resident clusters; a call with the
-    contract's six arguments (the CPU compile, the timeline probes) gets the default, FALLBACK_CLUSTERS."""
+    clusters of two CTAs, which walk the work tiles (the clamp runs on the host at launch: the
+    work is the tensors' runtime shape). ``attention`` fixes max_clusters at the GPU's resident
+    clusters (``host_for``); a call with the contract's six arguments (the CPU compile, the
+    timeline probes) gets the default, FALLBACK_CLUSTERS."""
     dtype = mQ.element_type
     mQ, mK, mV, mO = (contract.aligned(t) for t in (mQ, mK, mV, mO))
     tiled_mma, tiled_mma_pv = make_tiled_mmas(dtype)
@@ -978,49 +981,54 @@ _resident: dict = {}
 def resident_clusters(device_index: int) -> int:
     """Clusters of CLUSTER_CTAS CTAs the GPU ``device_index`` holds at once, asked of the driver
     once per device (cuOccupancyMaxActiveClusters, through cutlass.utils.HardwareInfo). With no
-    such CUDA device, FALLBACK_CLUSTERS (a B200's 74, not cached); where the driver cannot answer
-    (HardwareInfo's RuntimeError: a driver before 11.8, a CUDA error), the GPU's SMs / 2, FA4's
-    count, which assumes every pair can form a cluster at once.
+    such device (no driver, or the index past the count), FALLBACK_CLUSTERS (a B200's 74, not
+    cached); where the driver cannot answer (a driver before 11.8; no CUDA context current in
+    this thread), the GPU's SMs / 2: FA4's count, which assumes every pair can host a cluster.
 
+    The driver answers in the calling thread's current context: the device torch made current,
+    where q is in a one-GPU process or one process per GPU (on a machine of one GPU model every
+    device answers the same).
     HardwareInfo asks about a stand-in kernel that takes a whole SM (all its opt-in shared memory),
     not about this kernel; the count is the same because this kernel also fits one CTA per SM
     (512 threads x 128 registers: the whole register file; 128 KB of shared memory, two would not
     fit; all 512 TMEM columns), so it counts the SM pairs that can host a cluster at once, set by
     the GPU's layout (how its SMs split into GPCs), not by the kernel."""
     if device_index not in _resident:
-        import torch
-        if device_index >= torch.cuda.device_count():       # 0 without a driver; does not raise
-            return FALLBACK_CLUSTERS
         from cutlass.utils import HardwareInfo
-        with torch.cuda.device(device_index):
-            torch.cuda.synchronize()     # a runtime call: the device's primary context is now current here
-            try:
-                capacity = HardwareInfo(device_index).get_max_active_clusters(CLUSTER_CTAS)
-            except RuntimeError as err:
-                sms = torch.cuda.get_device_properties(device_index).multi_processor_count
-                capacity = sms // CLUSTER_CTAS
-                warnings.warn(f"b14: the driver did not say how many clusters fit ({err}); "
-                              f"taking {sms} SMs / {CLUSTER_CTAS} = {capacity}", RuntimeWarning, stacklevel=2)
+        try:
+            gpu = HardwareInfo(device_index)       # RuntimeError: no driver; ValueError: no such device
+        except (RuntimeError, ValueError):
+            return FALLBACK_CLUSTERS
+        try:
+            capacity = gpu.get_max_active_clusters(CLUSTER_CTAS)
+        except RuntimeError:                       # CUDA errors, an old driver
+            capacity = gpu.get_device_multiprocessor_count() // CLUSTER_CTAS
         _resident[device_index] = check_capacity(capacity)
     return _resident[device_index]
 
 
-# contract.make_attention's call, with one more launch argument: the GPU's resident clusters.
-def attention(q, k, v, softmax_scale=None):
-    import torch
-    from cuda.bindings import driver as cuda
+_hosts: dict = {}
 
-    scale = contract.validate_inputs(_CLUSTER_INFO, q, k, v, softmax_scale)
-    arch = INFO.arch_for_capability(torch.cuda.get_device_capability(q.device))
-    # Before the compile, outside the traced code: the query compiles and loads a kernel of its own.
-    max_clusters = resident_clusters(q.device.index if q.device.index is not None else torch.cuda.current_device())
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    with torch.cuda.device(q.device):
-        stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
-        args = (*(contract.runtime_tensor(t) for t in (q, k, v, o)), cutlass.Float32(scale), stream,
-                cutlass.Int32(max_clusters))
-        contract.compiled_for(INFO, host, arch, args)(*args)
-    return o
+
+def host_for(capacity: int):
+    """``host`` with max_clusters fixed at ``capacity``, a compile-time constant: the contract's
+    launch passes six arguments, and its compile cache keys on the host function, so each capacity
+    gets a host of its own and one compile (one per GPU model, in practice)."""
+    if capacity not in _hosts:
+        @cute.jit
+        def host_for_capacity(q: cute.Tensor, k: cute.Tensor, v: cute.Tensor, o: cute.Tensor,
+                              scale: cutlass.Float32, stream):
+            host(q, k, v, o, scale, stream, capacity)
+
+        _hosts[capacity] = host_for_capacity
+    return _hosts[capacity]
+
+
+def attention(q, k, v, softmax_scale=None):
+    contract.validate_inputs(_CLUSTER_INFO, q, k, v, softmax_scale)    # the device check is last
+    # Asked before the compile, outside traced code (the query compiles and loads a kernel of its own).
+    capacity = resident_clusters(q.device.index)
+    return contract.make_attention(INFO, host_for(capacity))(q, k, v, softmax_scale)
 
 
 attention.__doc__ = _attention.__doc__ + (f" seqlen: a multiple of {CLUSTER_CTAS * INFO.tile_m}, the query "
