@@ -83,29 +83,35 @@ def test_the_cluster_model_fails_on_a_broken_cluster(case):
         protocol_replay.replay_many(step.module, source=source, n_blocks=range(1, 4), seeds=range(3))
 
 
-# the kernel's n_tiles, its n_blocks, or a role function's n_tiles computed per CTA of the cluster
+# case -> [(old, new), ...]: n_tiles or n_blocks computed per CTA of the cluster (in the kernel, a role)
+_TILES_LINE = _CLUSTER_TILES + " * cute.size(tma_mQ.shape[3]))\n"
+_MINE = "def cta_index():\n    return cute.arch.block_idx()[0]\n\n\ndef mine():\n    return cta_index()\n\n\n"
 _PER_CTA_COUNTS = {
-    "n_tiles": (_CLUSTER_TILES, "n_tiles = tiles_of(cluster * CLUSTER_CTAS + cta_rank, n_clusters * CLUSTER_CTAS, "
-                "m_blocks * heads"),
-    "n_blocks": ("n_blocks = cute.size(tma_mK.shape[0]) // TILE_N",
-                 "n_blocks = cute.size(tma_mK.shape[0]) // TILE_N - cta_rank"),
-    "n_tiles in the producer": ("    q_bytes = cute.size_in_bytes(dtype, sQ.layout)\n",
-                                "    n_tiles = tiles_of(cluster * CLUSTER_CTAS + cta_rank, n_clusters * CLUSTER_CTAS, "
-                                "m_blocks)\n    q_bytes = cute.size_in_bytes(dtype, sQ.layout)\n"),
+    "n_tiles": [(_CLUSTER_TILES, "n_tiles = tiles_of(cluster * CLUSTER_CTAS + cta_rank, n_clusters * CLUSTER_CTAS, "
+                 "m_blocks * heads")],
+    "n_blocks": [("n_blocks = cute.size(tma_mK.shape[0]) // TILE_N",
+                  "n_blocks = cute.size(tma_mK.shape[0]) // TILE_N - cta_rank")],
+    "n_tiles in the producer": [("    q_bytes = cute.size_in_bytes(dtype, sQ.layout)\n",
+                                 "    n_tiles = tiles_of(cluster * CLUSTER_CTAS + cta_rank, n_clusters * CLUSTER_CTAS, "
+                                 "m_blocks)\n    q_bytes = cute.size_in_bytes(dtype, sQ.layout)\n")],
+    # the rank decides whether, or how often, n_tiles changes; a helper reads block_idx() through another
+    "n_tiles under a rank test": [(_TILES_LINE, _TILES_LINE + "    if cta_rank == 1:\n        n_tiles -= 1\n")],
+    "n_tiles in a rank-bounded loop": [(_TILES_LINE, _TILES_LINE + "    for r in range(cta_rank + 1):\n        n_tiles += 1\n")],
+    "n_tiles from a rank-reading helper": [("def tiles_of(", _MINE + "def tiles_of("),
+                                           (_CLUSTER_TILES, "n_tiles = tiles_of(mine(), n_clusters, m_blocks * heads")],
 }
 
 
 @pytest.mark.parametrize("case", sorted(_PER_CTA_COUNTS))
 def test_a_cluster_whose_ctas_may_walk_different_tile_counts_is_refused(case):
-    """The replay gives both CTAs of a cluster one n_tiles and one n_blocks (the walk never re-assigns
-    them): a kernel that computes either per CTA (from cta_rank) is refused rather than replayed as if
-    they agreed."""
+    """The replay gives a cluster's CTAs one n_tiles and n_blocks: computing either per CTA is refused."""
     step = resolve("exp:h14-cluster-multicast")
     source = step.path.read_text()
-    old, new = _PER_CTA_COUNTS[case]
-    assert source.count(old) == 1, f"exp:h14-cluster-multicast no longer contains {old!r}: update this test"
+    for old, new in _PER_CTA_COUNTS[case]:
+        assert source.count(old) == 1, f"exp:h14-cluster-multicast no longer contains {old!r}: update this test"
+        source = source.replace(old, new)
     with pytest.raises(protocol.ExtractionError, match=f"{case.split()[0]} depends on the CTA's rank"):
-        protocol_source.extract(step.module, 2, source=source.replace(old, new), n_tiles=2)
+        protocol_source.extract(step.module, 2, source=source, n_tiles=2)
 
 
 def test_the_model_sees_every_handoff_of_the_warp_specialized_steps():
@@ -241,10 +247,10 @@ BROKEN = [
      _B13_MMA_STUCK_ON_P_FULL + r"[^\n]*128 of 256 arrivals"),
     # the TMEM handshake: each MMA warp arrives on its own tmem_free (then frees the pair's TMEM
     # while the other CTA may still use it), or on none (both wait forever)
-    ("b13-tmem-handshake-on-its-own-cta", "b13", [("mbarrier_arrive(tmem_free, peer)",
-                                                   "mbarrier_arrive(tmem_free, cta_rank)")],
+    ("b13-tmem-handshake-on-its-own-cta", "b13", [("mbarrier_arrive(tmem_free, peer,",
+                                                   "mbarrier_arrive(tmem_free, cta_rank,")],
      r"frees the pair's TMEM while nothing orders it after warps 0-15 \(cta [01]\)"),
-    ("b13-no-tmem-handshake", "b13", [("        cute.arch.mbarrier_arrive(tmem_free, peer)\n", "")],
+    ("b13-no-tmem-handshake", "b13", [("        cute.arch.mbarrier_arrive(tmem_free, peer, scope=nvvm.MemScopeKind.CLUSTER)\n", "")],
      r"(?s)deadlock.*mma warp 12 \(cta 0\): [^\n]*cta 0's tmem_free.*mma warp 12 \(cta 1\): [^\n]*cta 1's tmem_free"),
     # the peer announces the K/V bytes on its own kv_full: the leader's, where they land, has none
     ("b13-peer-expects-instead-of-the-leader", "b13", [(_B13_KV_FULL_EXPECT, _B13_KV_FULL_EXPECT.replace(
@@ -434,7 +440,7 @@ def test_a_cluster_lands_the_pairs_copies_on_the_leaders_barrier_and_multicast_c
     assert "load warp 13 (cta 0 and 1): TMA copy lands in cta 0" in text
     assert "mma warp 12 (cta 0): tcgen05.commit arrives in cta 0 and 1" in text
     assert "warps 0-7 (cta 0 and 1): arrive in cta 0  `cute.arch.mbarrier_arrive(p_full + q_tile, leader)`" in text
-    assert "mma warp 12 (cta 1): arrive in cta 0  `cute.arch.mbarrier_arrive(tmem_free, peer)`" in text
+    assert "mma warp 12 (cta 1): arrive in cta 0  `cute.arch.mbarrier_arrive(tmem_free, peer, scope=nvvm.MemScopeKind.CLUSTER)`" in text
     one = protocol_source.extract(resolve("b12").module, 2)
     assert one.ctas == 1 and {b.cta for b in one.counts} == {None} and not any(
         op.kind == "init" for ops in one.warps for op in ops)

@@ -743,12 +743,13 @@ def test_b14_capacity_without_a_gpu_is_the_fallback(monkeypatch):
 def test_b14_capacity_is_the_drivers_answer_once_per_device(monkeypatch):
     """On a GPU the capacity is what the driver says fits at once for clusters of two (below 74, odd:
     not derived from the SM count), asked once per device; a driver that cannot answer gives the
-    GPU's SMs / 2 (FA4's count); an answer of 0 clusters is refused."""
+    GPU's SMs / 2 (FA4's count) for that call only; an answer of 0 clusters is refused."""
     mod = resolve("b14").module
     asked = _fake_gpus(monkeypatch, [71, 37, RuntimeError("CUDA error code=201"), 0], sms=148)
     assert [mod.resident_clusters(i) for i in (0, 1, 0, 1)] == [71, 37, 71, 37]
     assert asked == [(0, mod.CLUSTER_CTAS), (1, mod.CLUSTER_CTAS)]
-    assert mod.resident_clusters(2) == 74 and mod.resident_clusters(2) == 74 and len(asked) == 3
+    assert mod.resident_clusters(2) == 74 and mod.resident_clusters(2) == 74 and len(asked) == 4
+    assert 2 not in mod._resident          # the SM-count stand-in is not kept: the next call asks again
     with pytest.raises(ValueError, match="resident clusters"):
         mod.resident_clusters(3)
 

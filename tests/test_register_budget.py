@@ -1,8 +1,9 @@
-"""setmaxnreg per warpgroup (harness/compiler/register_budget.py), for every split step: which warp
-runs which setmaxnreg is read from kernel()'s branches, each warpgroup's four warps run the same
-calls, the PTX sets exactly those calls (with multiplicity), each role runs at its constant's count,
-and the final counts fit the CTA's pool (ptxas's registers per thread at launch x the CTA's
-threads). Each rule is shown failing on a broken copy of a real step's source or PTX."""
+"""setmaxnreg per warpgroup (harness/compiler/register_budget.py), for every split step and the
+register experiments: which warp runs which setmaxnreg is read from kernel()'s branches, each
+warpgroup's four warps run the same calls, the PTX sets exactly those calls (with multiplicity),
+each role runs at its constant's count, each warp runs at most one setmaxnreg, and the final counts
+fit the CTA's pool (ptxas's registers per thread at launch x the CTA's threads). Each rule is shown
+failing on a broken copy of a real step's source or PTX."""
 
 import pytest
 from conftest import STEPS, step_id
@@ -17,10 +18,14 @@ def _report(step):
 
 
 SPLIT = [s for s in STEPS if (s.track == "hopper" and s.number >= 7) or (s.track == "blackwell" and s.number >= 12)]
+# the register experiments (harness/core/experiments.py): FA4's 184 / 80 / 64 split on b13 and b14
+REGISTER_EXPERIMENTS = ["exp:b13-registers-184-80-64", "exp:b14-registers-184-80-64",
+                        "exp:b13-registers-stage-first", "exp:b14-registers-stage-first"]
 
 
-@pytest.mark.parametrize("step", SPLIT, ids=step_id)
+@pytest.mark.parametrize("step", SPLIT + REGISTER_EXPERIMENTS, ids=step_id)
 def test_every_split_fits_the_ctas_pool_per_warpgroup(step):
+    step = resolve(step) if isinstance(step, str) else step
     report, m = _report(step), step.module
     budget = rb.for_step(step, report)
     launch, threads = report.registers, report.threads_per_cta      # ptxas's launch count, the PTX's .reqntid
@@ -85,6 +90,14 @@ BROKEN = {      # name: (step, source edits, PTX edits (the same change, as its 
     "inc where dec lowers": (
         "b12", [("setmaxregister_decrease(CORRECTION_REGISTERS)", "setmaxregister_increase(CORRECTION_REGISTERS)")],
         [("setmaxnreg.dec.sync.aligned.u32 \t80;", "setmaxnreg.inc.sync.aligned.u32 \t80;")], "the wrong way"),
+    # the consumers raised to 248 (2 x 128 x 248 + 128 x 24 = 66,560 > 64,512: an inc that may wait
+    # forever) and lowered to 240 after: the final counts fit the pool, the path between them does not
+    "an inc past the pool, then a dec back into it": (
+        "h14", [("        cute.arch.setmaxregister_increase(CONSUMER_REGISTERS)\n",
+                 "        cute.arch.setmaxregister_increase(CONSUMER_REGISTERS + 8)\n"
+                 "        cute.arch.setmaxregister_decrease(CONSUMER_REGISTERS)\n")],
+        [_ptx_count("inc", 240, "248;\n\tsetmaxnreg.dec.sync.aligned.u32 \t240")],
+        r"warp 4 runs 2 setmaxnreg \(inc 248 \(line \d+\), dec 240 \(line \d+\)\)"),
     "not a multiple of 8": (
         "h14", [("CONSUMER_REGISTERS = 240\n", "CONSUMER_REGISTERS = 236\n")], [_ptx_count("inc", 240, 236)],
         "multiple of 8"),

@@ -104,7 +104,8 @@ def _split_and_cluster(step: Step, arch: str, report: CompileReport) -> list[str
         problems += [f"cluster: {p}" for p in found]
         if not found:
             console.print("cluster (PTX audit): barriers initialised, fenced and a cluster barrier taken before any "
-                          "remote traffic, the pair synchronised again after the last" + ("; every tcgen05 op cta_group::2, commits multicast, TMA barriers "
+                          "remote traffic, a cluster barrier or the MMA warps' handshake after the last (instruction order "
+                          "only; draining the barriers is the protocol model's check)" + ("; every tcgen05 op cta_group::2, commits multicast, TMA barriers "
                                               "on the leader" if step.info.extra.get("cta_group", 1) == 2 else ""))
     return problems
 

@@ -6,9 +6,15 @@ that is passed before the FIRST remote operation: until then the other CTA's bar
 initialised. Exit (``cluster_exit``): after the LAST remote operation the pair synchronises again,
 so that no CTA exits (its shared memory gone) while its peer may still signal or read it: either a
 cluster barrier (arrive, then wait; the arrive not ``.relaxed``, so that it releases the remote
-operations before it), or the mbarrier handshake b13/b14 end with: a CTA barrier, then an arrive on
-the peer's copy (``mapa``) of a barrier this CTA then waits on, which the peer's own last arrive
-completes. No ``ret``/``exit`` comes before that synchronisation.
+operations before it), or the shape of the mbarrier handshake b13/b14 end with (``_handshake``): a
+CTA barrier after every other remote op, then the last remote op, an arrive through a ``mapa`` of a
+local barrier's address, then a wait on that local barrier. No ``ret``/``exit`` comes before that
+synchronisation. The handshake is read as instruction order only: which CTA the ``mapa`` names (the
+peer, not this CTA), the arrive's scope and semantics, the wait's parity, that the peer's arrive is
+the one that completes the wait, and that every barrier is drained (no commit, copy or remote arrive
+still in flight) at exit are not checked here; the barrier-protocol model checks those on the
+kernel's source (harness/model/protocol.py: the replay pairs each remote arrive with the peer's
+wait and fails on an asynchronous arrive not waited for before its CTA exits).
 Remote operations (``REMOTE``): ``mapa``, remote mbarrier arrives, ``ld``/``st``/``red``/``atom``
 on ``.shared::cluster``, DSMEM bulk copies (``cp[.reduce].async.bulk.shared::cluster.shared::cta``),
 multicast bulk copies and commits, 2-CTA TMA loads, MMAs and the 2-CTA TMEM allocation.
@@ -84,9 +90,13 @@ def cluster_setup(ptx: str) -> list[str]:
 
 
 def _handshake(ptx: str, remote: list[tuple[int, str]]) -> int | None:
-    """Where the pair's exit handshake waits, or None: the last remote op is an arrive on the peer's
-    copy of a local barrier (``mapa %rR, %rL``), after a CTA barrier that follows every other
-    remote op, and a wait on that local barrier %rL follows it."""
+    """Where the pair's exit handshake waits, or None. Read as text order only: the last remote op is
+    an arrive (``mbarrier.arrive...shared::cluster``, any semantics and scope) through a register %rR
+    that a ``mapa %rR, %rL, <rank>`` set from a local barrier's address %rL (the rank, a register, not
+    read: it may name this CTA itself), a CTA barrier comes after every other remote op and before
+    that ``mapa``, and a wait on %rL (any parity) follows the arrive. That the peer's arrive completes
+    that wait and that the pair's barriers are drained before exit is the protocol model's check
+    (module docstring), not this one's."""
     last, what = remote[-1]
     arrive = re.compile(r"mbarrier\.arrive\S*\.shared::cluster\.b64\s+\S+,\s*\[(%r\d+)\]").match(ptx, last)
     if what != "a remote mbarrier arrive" or not arrive:
@@ -103,8 +113,8 @@ def _handshake(ptx: str, remote: list[tuple[int, str]]) -> int | None:
 
 
 def cluster_exit(ptx: str) -> list[str]:
-    """A cluster barrier (arrive, then wait) or the pair's handshake after the last remote op, and no
-    ret/exit before it."""
+    """A cluster barrier (arrive, then wait) or the shape of the pair's handshake (``_handshake``: order
+    only, not its target rank, scope or draining) after the last remote op, and no ret/exit before it."""
     remote = remote_ops(ptx)
     if not remote:
         return []
@@ -113,7 +123,8 @@ def cluster_exit(ptx: str) -> list[str]:
     waits = [w for w in _all(_WAIT, ptx) if arrives and w > arrives[0]]
     done = waits[0] if waits else _handshake(ptx, remote)
     if done is None:
-        return [f"no cluster barrier (arrive, then wait) nor the pair's mbarrier handshake after the last remote op "
+        return [f"no cluster barrier (arrive, then wait) nor the pair's mbarrier handshake (CTA barrier, arrive "
+                f"through mapa, wait on the local barrier) after the last remote op "
                 f"({what}, line {_line(ptx, last)}): a CTA may exit while its peer still signals it"]
     problems = []
     if waits and ptx.startswith("barrier.cluster.arrive.relaxed", arrives[0]):

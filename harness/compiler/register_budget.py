@@ -11,8 +11,11 @@ that evaluates each ``if`` for every warp index), not assumed. A split is right 
     count the warp holds, an inc not below it), every call is reached by some warp, and the PTX sets
     exactly the source's calls, with multiplicity;
 (3) each role function runs at its constant's count (``ROLE_REGISTERS``) and some warp runs it;
-(4) the warpgroups' final counts, 128 threads each, fit the pool. Breaking (4) hangs the kernel at an
-    inc; breaking (1) is undefined behaviour; breaking (3) puts a role's code on the wrong budget.
+(4) each warp's path runs at most one setmaxnreg, and the warpgroups' counts after it, 128 threads
+    each, fit the pool. Breaking (4) hangs the kernel at an inc; breaking (1) is undefined behaviour;
+    breaking (3) puts a role's code on the wrong budget. (The pool is checked on the final counts
+    only; a second setmaxnreg on a path, an inc that a later dec undoes, could wait forever between
+    them, so it is refused rather than simulated.)
 """
 
 from __future__ import annotations
@@ -254,7 +257,11 @@ def check(split: Split, ptx: list[tuple[str, int]], launch: int, threads: int) -
         if len(set(calls)) != 1:
             problems.append(f"warpgroup {g}'s warps take different setmaxnreg paths {[_show(c) for c in calls]}: "
                             "setmaxnreg acts on a whole warpgroup")
-    for warp_calls in split.calls:
+    for w, warp_calls in enumerate(split.calls):
+        if len(warp_calls) > 1:
+            problems.append(f"warp {w} runs {len(warp_calls)} setmaxnreg ({', '.join(_show(warp_calls))}): one per "
+                            "warpgroup path is modelled (the pool is checked on the final counts; an inc before a "
+                            "later dec may wait forever between them)")
         held = launch
         for c in warp_calls:
             if c.count % 8 or not 24 <= c.count <= 256:

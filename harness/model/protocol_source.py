@@ -286,6 +286,7 @@ class _Walk:
             add("wait", bar=self.barrier(call.args[0]), value=self.decide(call.args[1], "parity") % 2)
         elif name == "mbarrier_arrive":
             target = call.args[1] if len(call.args) > 1 else kw.pop("peer_cta_rank_in_cluster", None)
+            kw.pop("scope", None)     # memory-model scope (CTA or cluster), not the arrival count
             if len(call.args) > 2 or kw:
                 raise ExtractionError(f"line {call.lineno}: an arrive with a count or options is not modelled")
             cta = None if target is None else self.target_cta(target, call, "an arrive on another CTA's barrier")
@@ -370,14 +371,54 @@ def _role_names(module, n_warps: int, cluster: bool = False) -> dict:
     return names
 
 
+def _rank_functions(tree: ast.Module) -> set:
+    """Module-level functions whose value may differ between the CTAs of a cluster: those that read a
+    rank source (``block_idx()``; ``cta_rank`` when not a parameter of theirs) or call (or name) such a
+    function, transitively."""
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    own = {d.name: {a.arg for a in ast.walk(d.args) if isinstance(a, ast.arg)} for d in defs}
+    ranked: set = set()
+    grown = True
+    while grown:
+        more = {d.name for d in defs if any(isinstance(n, ast.Attribute) and n.attr in _RANK or isinstance(n, ast.Name)
+                                            and (n.id in _RANK - own[d.name] or n.id in ranked) for n in ast.walk(d))}
+        grown = bool(more - ranked)
+        ranked |= more
+    return ranked
+
+
+def _guards(node, parent: dict) -> list:
+    """The tests ``node`` runs under in its function: each enclosing if's, while's or conditional
+    expression's test, each enclosing for's iterable, and in an enclosing loop every test of an if
+    that holds a break or continue (it decides how often the loop body runs)."""
+    out = []
+    while node in parent:
+        node, child = parent[node], node
+        if isinstance(node, (ast.If, ast.While, ast.IfExp)) and child is not node.test:
+            out.append(node.test)
+        if isinstance(node, ast.For) and child is not node.iter:
+            out.append(node.iter)
+        if isinstance(node, (ast.For, ast.While)):
+            out += [i.test for i in ast.walk(node) if isinstance(i, ast.If) and
+                    any(isinstance(b, (ast.Break, ast.Continue)) for b in ast.walk(i))]
+    return out
+
+
 def _check_cluster_counts(tree: ast.Module):
     """A cluster is replayed with one ``n_tiles`` and one ``n_blocks`` for all its CTAs (they walk the
     work in step), and the walk never re-assigns either: wherever the source assigns them (the kernel
-    or a role function), the value must not depend, through the function's assignments, on which CTA
-    of the cluster computes it (``cta_rank``, ``block_idx()``, ``block_idx_in_cluster()``), only on the
-    cluster's index and the shape, so that both CTAs get the same counts for every shape."""
+    or a role function), the value must not depend on which CTA of the cluster computes it, only on
+    the cluster's index and the shape, so that both CTAs get the same counts for every shape. Rank
+    sources: ``cta_rank``, ``block_idx()``, ``block_idx_in_cluster()``, and a call of a module-level
+    function that reads one (``_rank_functions``). A name depends on the rank when an assignment to it
+    (a for's target: from its iterable) has a rank-dependent value or runs under a rank-dependent test
+    (``_guards``: ``if cta_rank == 1: n_tiles -= 1``). Not followed: an early return or a raise under a
+    rank-dependent test, and what a called function does with a rank-dependent argument (its value is
+    rank-dependent only through the argument, which is seen)."""
     if getattr(tree, "_ladder_counts_checked", False):      # a parsed source is reused (_parsed)
         return
+    rank_fns = _rank_functions(tree)
+
     def depends(node, ranked):
         return node is not None and any(isinstance(n, ast.Name) and n.id in ranked or
                                         isinstance(n, ast.Attribute) and n.attr in _RANK for n in ast.walk(node))
@@ -386,18 +427,20 @@ def _check_cluster_counts(tree: ast.Module):
         return {n.id for t in getattr(a, "targets", [getattr(a, "target", None)]) for n in ast.walk(t)
                 if isinstance(n, ast.Name)}
     for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
-        assigns = [n for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))]
-        ranked = set(_RANK)
+        parent = {c: p for p in ast.walk(fn) for c in ast.iter_child_nodes(p)}
+        sources = {a: [a.iter if isinstance(a, ast.For) else a.value, *_guards(a, parent)] for a in ast.walk(fn)
+                   if isinstance(a, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr))}
+        ranked = set(_RANK) | rank_fns
         grown = True
         while grown:                # what a rank-dependent value is assigned to depends on the rank too
             grown = False
-            for a in assigns:
-                if depends(a.value, ranked) and targets(a) - ranked:
+            for a, src in sources.items():
+                if targets(a) - ranked and any(depends(x, ranked) for x in src):
                     ranked |= targets(a)
                     grown = True
-        for a in assigns:
+        for a, src in sources.items():
             for name in sorted(targets(a) & {"n_tiles", "n_blocks"}):
-                if depends(a.value, ranked):
+                if any(depends(x, ranked) for x in src):
                     raise ExtractionError(
                         f"line {a.lineno}: {name} depends on the CTA's rank in the cluster: the replay gives "
                         "every CTA of a cluster the same count (a CTA walking more tiles than its peer waits "

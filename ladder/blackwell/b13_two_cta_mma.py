@@ -450,8 +450,10 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     cute.arch.sync_threads()
     if warp_idx == MMA_WARP:
         # arrive: this CTA is done with TMEM (the other CTA's tmem_free, its only phase; every lane
-        # arrives, TMEM_FREE_ARRIVALS = 32).
-        cute.arch.mbarrier_arrive(tmem_free, peer)
+        # arrives, TMEM_FREE_ARRIVALS = 32). Cluster scope: a release the other CTA's wait
+        # formally synchronizes with (the DSL's default is CTA scope, even for a remote arrive;
+        # the per-tile remote arrives on p_full and o_ready keep it, as FA4's do).
+        cute.arch.mbarrier_arrive(tmem_free, peer, scope=nvvm.MemScopeKind.CLUSTER)
         # wait: the other CTA is done with TMEM. Pairs with its MMA warp's 32 remote arrives on our
         # tmem_free: its only phase, parity 0.
         cute.arch.mbarrier_wait(tmem_free, 0)

@@ -474,8 +474,10 @@ def kernel(tma_Q: cute.CopyAtom, tma_mQ: cute.Tensor, tma_K: cute.CopyAtom, tma_
     cute.arch.sync_threads()
     if warp_idx == MMA_WARP:
         # arrive: this CTA is done with TMEM (the other CTA's tmem_free, its only phase; every lane
-        # arrives, TMEM_FREE_ARRIVALS = 32).
-        cute.arch.mbarrier_arrive(tmem_free, peer)
+        # arrives, TMEM_FREE_ARRIVALS = 32). Cluster scope: a release the other CTA's wait
+        # formally synchronizes with (the DSL's default is CTA scope, even for a remote arrive;
+        # the per-tile remote arrives on p_full and o_ready keep it, as FA4's do).
+        cute.arch.mbarrier_arrive(tmem_free, peer, scope=nvvm.MemScopeKind.CLUSTER)
         # wait: the other CTA is done with TMEM. Pairs with its MMA warp's 32 remote arrives on our
         # tmem_free: its only phase, parity 0.
         cute.arch.mbarrier_wait(tmem_free, 0)
@@ -983,7 +985,8 @@ def resident_clusters(device_index: int) -> int:
     once per device (cuOccupancyMaxActiveClusters, through cutlass.utils.HardwareInfo). With no
     such device (no driver, or the index past the count), FALLBACK_CLUSTERS (a B200's 74, not
     cached); where the driver cannot answer (a driver before 11.8; no CUDA context current in
-    this thread), the GPU's SMs / 2: FA4's count, which assumes every pair can host a cluster.
+    this thread), the GPU's SMs / 2: FA4's count, which assumes every pair can host a cluster
+    (not cached either: only the driver's own answer is kept).
 
     The driver answers in the calling thread's current context: the device torch made current,
     where q is in a one-GPU process or one process per GPU (on a machine of one GPU model every
@@ -1001,8 +1004,13 @@ def resident_clusters(device_index: int) -> int:
             return FALLBACK_CLUSTERS
         try:
             capacity = gpu.get_max_active_clusters(CLUSTER_CTAS)
-        except RuntimeError:                       # CUDA errors, an old driver
-            capacity = gpu.get_device_multiprocessor_count() // CLUSTER_CTAS
+        except RuntimeError:
+            # CUDA errors, an old driver, no context current in this thread: SMs / 2 for this call,
+            # not cached, so the next call asks the driver again.
+            try:
+                return check_capacity(gpu.get_device_multiprocessor_count() // CLUSTER_CTAS)
+            except RuntimeError:
+                return FALLBACK_CLUSTERS
         _resident[device_index] = check_capacity(capacity)
     return _resident[device_index]
 
