@@ -25,8 +25,8 @@ gain. The writeup explains what this estimate got wrong: in a loop where nothing
 store stalls were on the critical path.)
 
 Evidence: ``ladder sass h03 --against h02`` (same instructions: only layouts and descriptors
-change); the host test of store wavefronts (tests/test_smem_wavefronts.py); ``ladder profile h03``
-(store bank conflicts); results/h200.json; writeups/hopper/03-swizzle.md.
+change); the host test of store wavefronts (test_h03_swizzle_* in tests/test_hopper_steps.py; its store model
+vs ncu: tests/test_smem_counter.py); ``ladder profile h03`` (store bank conflicts); writeups/hopper/03-swizzle.md.
 """
 
 import cutlass
