@@ -38,6 +38,19 @@ TERMS = {
     "cta": r"\bCTAs?\b",
     "sm": r"\bSMs?\b",
     "occupancy": r"(?i)\boccupancy\b",
+    # ncu's stall names as the profiles spell them, not "stall" alone (a warp stalls in any sense)
+    "stall-reasons": r"\b(?:long|short)[_\s-]scoreboard\b|\bdispatch_stall\b|\bmio_throttle\b"
+    r"|\b[Bb]arrier\s+stalls\b|(?i:\bstall\s+reasons?\b)",
+    "uniform-registers": r"\bR2URs?\b|(?i:\buniform\s+registers?\b)",
+    "packed-fp32": r"\bF(?:FMA|ADD|MUL)2(?:\.[A-Z0-9_]+)*s?\b|(?i:\bpacked\s+(?:FMAs?|multipl(?:y|ies)|adds?)\b)",
+    "fmnmx": r"\bFMNMX3?(?:\.[A-Z0-9_]+)*s?\b",
+    "f2fp": r"\bF2FP(?:\.[A-Z0-9_]+)*s?\b",
+    "proxy-fence": r"(?i)\bproxy\s+fences?\b|\bfence\.proxy\.async(?:\.shared::cta)?|\b(?:async|generic)[-\s]+prox(?:y|ies)\b"
+    r"|\bproxies\b",
+    "cluster": r"(?i)\bclusters?\b|\bmapa\b",
+    "multicast": r"(?i)\bmulticast\b",
+    # the bound model's critical path, not any dependency chain ("four chains of max.f32")
+    "chain": r"(?i)\bhand-offs?\b|\bchain\s+of\s+one\s+Q\s+tile\b",
 }
 PATTERNS = {anchor: re.compile(p) for anchor, p in TERMS.items()}
 
