@@ -94,7 +94,7 @@ def _model_note(model: dict) -> str:
     return ("\nThe model column is a prediction, not a measurement: the bound model (`ladder bound bNN`, "
             "harness/model/bound.py) from each step's own SASS, B200 unit rates and its declared overlap structure, "
             "against FA4's sm_100a kernel compiled here through the same model; checked against every measured "
-            "Hopper step in writeups/00-algorithm.md.\n")
+            "Hopper step in [writeups/hopper/08b-model-check.md](writeups/hopper/08b-model-check.md).\n")
 
 
 def _gpu_table(track: str, data: dict, model: dict | None = None) -> str:
