@@ -146,16 +146,34 @@ def test_cli_diff_code_of_a_prose_only_edit_is_identical(tmp_path, capsys):
     assert "+" + '"""Reworded. ' in capsys.readouterr().out
 
 
-def test_every_step_writeup_with_a_predecessor_has_a_code_block_before_its_prediction():
+def test_every_step_writeup_with_a_predecessor_shows_its_change_before_its_prediction():
+    """The heart of the change (an ``excerpt`` block) comes before the prediction; the whole diff (the
+    ``code`` block) is on the page too, in its appendix (tests/test_pages.py)."""
     steps = [step for step in discover() if predecessor(step) is not None]
     assert steps, "no step with a predecessor found"
     for step in steps:
         text = step.writeup.read_text()
-        marker = f"<!-- ladder:begin code {step.id} -->"
-        assert marker in text, f"{step.writeup.name} has no `code {step.id}` block"
-        assert "## The change in code" in text
+        assert f"<!-- ladder:begin code {step.id} -->" in text, f"{step.writeup.name} has no `code {step.id}` block"
+        excerpt = re.search(rf"<!-- ladder:begin excerpt {step.id} ", text)
+        assert excerpt and "## The change in code" in text, f"{step.writeup.name} has no `excerpt {step.id}` block"
         prediction = re.search(r"^## Prediction", text, re.M)
-        assert prediction and text.index(marker) < prediction.start(), step.id
+        assert prediction and excerpt.start() < prediction.start(), step.id
+
+
+def test_an_excerpt_keeps_only_the_hunks_inside_the_named_functions(tmp_path, capsys):
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("def f():\n    x = 1\n" + "y = 0\n" * 12 + "def g():\n    z = 1\n")
+    b.write_text("def f():\n    x = 2\n" + "y = 0\n" * 12 + "def g():\n    z = 2\n")
+    assert changed_lines(code_diff(a, b)) == 4
+    only_g = code_diff(a, b, within=("g",))
+    assert changed_lines(only_g) == 2 and "+    z = 2" in only_g and "x = 2" not in only_g
+    assert code_diff(a, b, within=("h",)) == ""
+    assert cli.main(["diff", "--code", "h14", "--in", "tiles_of"]) == 0
+    assert "+def tiles_of" in capsys.readouterr().out
+    block = blocks_compiled.excerpt_block("h14", "tiles_of")
+    assert "`ladder diff --code h14 --in tiles_of`" in block and "+def tiles_of" in block
+    with pytest.raises(ValueError, match="no code change"):
+        blocks_compiled.excerpt_block("h14", "ring_position")
 
 
 def test_a_long_code_block_is_cut_and_says_how_to_see_the_rest():

@@ -62,7 +62,8 @@ GLOSSARY_LINK = re.compile(r"\]\(([^)\s]*00-algorithm\.md(?:#[^)\s]*)?)\)")
 
 def prose(text: str) -> str:
     """``text`` with everything that is not prose blanked out line by line: fenced code blocks, generated
-    blocks (ladder:begin .. ladder:end), HTML comments, headings and table rows."""
+    blocks (ladder:begin .. ladder:end), HTML comments, headings, table rows and the <details>/<summary>
+    lines of a collapsed appendix (HTML, where a Markdown link would not render)."""
     out, fence, generated = [], False, False
     for line in text.splitlines():
         stripped = line.strip()
@@ -72,7 +73,7 @@ def prose(text: str) -> str:
             fence = not fence
         elif stripped.startswith("<!-- ladder:begin"):
             generated = True
-        elif not fence and not stripped.startswith(("#", "|", "<!--")):
+        elif not fence and not stripped.startswith(("#", "|", "<!--", "<details", "</details")):
             out.append(line)
             continue
         out.append("")

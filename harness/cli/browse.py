@@ -61,7 +61,7 @@ def cmd_diff(args) -> int:
                           f"Try `ladder diff{code} {b.id} <step>`.")
             return 0
     if args.code:
-        text = code_diff(a.path, b.path, whitespace=args.whitespace)
+        text = code_diff(a.path, b.path, whitespace=args.whitespace, within=args.within or ())
     else:
         lines = difflib.unified_diff(a.path.read_text().splitlines(keepends=True),
                                      b.path.read_text().splitlines(keepends=True),
@@ -99,6 +99,8 @@ def add_commands(sub) -> None:
     s.add_argument("--track", choices=("hopper", "blackwell"))
     s.add_argument("--code", action="store_true",
                    help="code lines only: docstrings and comments stripped, re-indentation ignored")
+    s.add_argument("--in", dest="within", nargs="+", metavar="FUNCTION",
+                   help="with --code: only the hunks that change a line inside these functions")
     s.add_argument("--whitespace", action="store_true",
                    help="with --code: show lines whose indentation or spacing changed as changes too")
     s.set_defaults(fn=cmd_diff)

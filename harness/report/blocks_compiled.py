@@ -116,16 +116,36 @@ def code_block(step_id: str, against: str | None = None) -> str:
                 "```python\n" + "\n".join(lines) + "\n```\n")
     command = f"ladder diff --code {other.id} {step.id}" if against else f"ladder diff --code {step.id}"
     head = f"`{command}`: the code lines that change, docstrings and comments stripped.\n\n"
-    diff = code_diff(other.path, step.path)
+    return head + _shown_diff(code_diff(other.path, step.path), command, step, other)
+
+
+def excerpt_block(step_id: str, *functions: str) -> str:
+    """The heart of a step's change for the top of its page: the hunks of its code diff against its
+    predecessor that change a line inside the named functions (the whole diff is the ``code`` block)."""
+    step = resolve(step_id)
+    other = predecessor(step)
+    if other is None:
+        raise ValueError(f"{step.id} has no predecessor: an excerpt is a diff against one")
+    names = ", ".join(f"`{f}`" for f in functions)
+    command = f"ladder diff --code {step.id} --in {' '.join(functions)}"
+    diff = code_diff(other.path, step.path, context=2, within=functions)
     if not diff:
-        return head + f"(no code changes: {step.id} and {other.id} differ at most in docstrings and comments)\n"
+        raise ValueError(f"no code change of {step.id} lies inside {names}")
+    head = f"`{command}`: the code lines that change inside {names}, docstrings and comments stripped.\n\n"
+    return head + _shown_diff(diff, command, step, other)
+
+
+def _shown_diff(diff: str, command: str, step, other) -> str:
+    """A code diff as a Markdown block, cut after CODE_CHANGED_LINES changed lines."""
+    if not diff:
+        return f"(no code changes: {step.id} and {other.id} differ at most in docstrings and comments)\n"
     lines, shown, changed = diff.splitlines(), [], 0
     for line in lines:
         if changed == CODE_CHANGED_LINES:
             break
         shown.append(line)
         changed += changed_lines(line)
-    text = head + "```diff\n" + "\n".join(shown) + "\n```\n"
+    text = "```diff\n" + "\n".join(shown) + "\n```\n"
     if len(shown) < len(lines):
         text += (f"\n... {len(lines) - len(shown)} more lines ({changed_lines(diff) - changed} of them changed): "
                  f"run `{command}` for the whole diff.\n")
@@ -168,5 +188,6 @@ def mma_gaps_block(step_id: str) -> str:
             + built_by([compile_step(step, "sm_100a")]) + "\n")
 
 
-BLOCKS = {"sass": sass_block, "roles": roles_block, "tmem": tmem_block, "code": code_block, "budget": budget_block,
+BLOCKS = {"sass": sass_block, "roles": roles_block, "tmem": tmem_block, "code": code_block, "excerpt": excerpt_block,
+          "budget": budget_block,
           "mma-gaps": mma_gaps_block}

@@ -92,19 +92,32 @@ def _spacing_blind(line: str) -> str:
     return " ".join(line.split())
 
 
-def code_diff(a_path, b_path, context: int = 3, whitespace: bool = False) -> str:
+def function_lines(source: str, names) -> set[int]:
+    """The file lines (1-based) of every function in ``source`` named in ``names``, at any depth."""
+    return {n for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names
+            for n in range(node.lineno, node.end_lineno + 1)}
+
+
+def code_diff(a_path, b_path, context: int = 3, whitespace: bool = False, within=()) -> str:
     """Unified diff of the code lines of two files ('' when their code is the same). Each hunk is
     headed by the file line numbers where it starts on either side (``@@ a.py:120 b.py:118 @@``):
     the stripped lines have no numbers of their own. Lines that differ only in indentation or
     spacing count as the same (shown as context, as the second file has them) unless
-    ``whitespace``: moving code into a function is then not a change."""
-    a = numbered_code_lines(Path(a_path).read_text())
-    b = numbered_code_lines(Path(b_path).read_text())
+    ``whitespace``: moving code into a function is then not a change. With ``within`` (function
+    names), only the hunks that change a line inside one of those functions, on either side."""
+    a_source, b_source = Path(a_path).read_text(), Path(b_path).read_text()
+    a, b = numbered_code_lines(a_source), numbered_code_lines(b_source)
+    a_in, b_in = function_lines(a_source, within), function_lines(b_source, within)
     a_text, b_text = [t for _, t in a], [t for _, t in b]
     key = (lambda lines: lines) if whitespace else (lambda lines: [_spacing_blind(t) for t in lines])
     out = []
     matcher = difflib.SequenceMatcher(None, key(a_text), key(b_text), autojunk=False)
     for group in matcher.get_grouped_opcodes(context):
+        changes = [op for op in group if op[0] != "equal"]
+        if within and not any(a[i][0] in a_in for _, i1, i2, _, _ in changes for i in range(i1, i2)) \
+                and not any(b[j][0] in b_in for _, _, _, j1, j2 in changes for j in range(j1, j2)):
+            continue
         if not out:
             spacing = "" if whitespace else ", indentation ignored"
             out += [f"--- {display_path(a_path)} (code only{spacing})",

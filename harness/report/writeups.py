@@ -8,6 +8,7 @@ harness/report/blocks_*.py, each module's ``BLOCKS`` naming its own.
 Kinds: ``results <step>``, ``sass <step> [<against>]``, ``table <track>``, ``stock``,
 ``profile <step>``, ``experiments <base step>``, ``compare <a> <b>`` (steps or exp:names), ``checks``,
 ``code <step> [<against>]`` (the code diff against the predecessor, docstrings and comments stripped),
+``excerpt <step> <function>...`` (the hunks of that diff inside the named functions),
 ``smem <step> ...`` (the smem store model against ncu's counters, per recorded profile),
 ``stores <step> ...`` (the model's cost of each thread-issued smem store, per warp instruction),
 ``banks <step> <store>`` (which banks one warp store hits, per quarter-warp), ``tmem <step>`` (TMEM columns),
