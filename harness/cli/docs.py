@@ -1,15 +1,17 @@
 """The generated parts of the writeups: ``ladder writeups`` (every block, the plot, the timeline
-pictures) and ``ladder plot``."""
+pictures, the figures drawn from the steps' layouts, the life-of-a-tile pictures) and ``ladder plot``."""
 
 from __future__ import annotations
 
 from harness.cli.common import console, shown
 from harness.core.paths import ROOT
-from harness.report import plot, timeline_draw, writeups
+from harness.report import figure_draw, plot, tile_life, timeline_draw, writeups
 
 
 def cmd_writeups(args) -> int:
     stale_timelines = [s for s in timeline_draw.drawable() if timeline_draw.stale(s)]
+    stale_figures = [name for name in figure_draw.names() if figure_draw.stale(name)]
+    stale_lives = [s for s in tile_life.drawable() if tile_life.stale(s)]
     if args.check:
         stale = writeups.stale()
         for p in stale:
@@ -20,7 +22,12 @@ def cmd_writeups(args) -> int:
                           "(`ladder plot` redraws it)[/red]")
         for s in stale_timelines:
             console.print(f"[red]stale timeline picture of {s.id} (`ladder timeline {s.id}` redraws it)[/red]")
-        return 1 if stale or plot_stale or stale_timelines else 0
+        for name in stale_figures:
+            console.print(f"[red]stale figure {shown(figure_draw.paths(name)[0])} (`ladder writeups` redraws it)[/red]")
+        for s in stale_lives:
+            console.print(f"[red]stale life-of-a-tile picture {shown(tile_life.paths(s.id)[0])} "
+                          "(`ladder writeups` redraws it)[/red]")
+        return 1 if stale or plot_stale or stale_timelines or stale_figures or stale_lives else 0
     for path in writeups.documents():
         if path.exists() and writeups.refresh(path):
             console.print(f"refreshed {path.relative_to(ROOT)}")
@@ -29,6 +36,12 @@ def cmd_writeups(args) -> int:
             console.print(f"redrew {shown(path)}")
     for step in stale_timelines:
         for path in timeline_draw.draw(step, *timeline_draw.source_for(step)):
+            console.print(f"redrew {shown(path)}")
+    for name in stale_figures:
+        for path in figure_draw.draw(name):
+            console.print(f"redrew {shown(path)}")
+    for step in stale_lives:
+        for path in tile_life.draw(step):
             console.print(f"redrew {shown(path)}")
     return 0
 

@@ -16,8 +16,10 @@ Kinds: ``results <step>``, ``sass <step> [<against>]``, ``table <track>``, ``sto
 ``accuracy <step>`` (the measured error of the step's FMA-pipe exp2 emulation, ``ladder accuracy``),
 ``bound hopper`` (the bound model against every measured Hopper step), ``timeline <step>`` (the
 step's measured timeline, or for a Blackwell step without a B200 run its simulation),
-``timeline-check hopper`` (measured against simulated cycles per tile) and ``roles <step>``
-(registers, spills and telling instructions of each setmaxnreg region of the SASS).
+``timeline-check hopper`` (measured against simulated cycles per tile), ``roles <step>``
+(registers, spills and telling instructions of each setmaxnreg region of the SASS), ``figure <name>``
+(a picture drawn from a step's own layouts, with its caption: harness/report/blocks_figures.py) and
+``life <step>`` (the life of one work tile, simulated, lane by lane: harness/report/tile_life.py).
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ import re
 from pathlib import Path
 
 from harness.core.paths import ROOT
-from harness.report import blocks_compiled, blocks_measured, blocks_model, blocks_profile
+from harness.report import blocks_compiled, blocks_figures, blocks_measured, blocks_model, blocks_profile, tile_life
 
 # Every kind of block, by the module that renders it: a new kind is a function in one of them and a
 # line in its BLOCKS.
-BLOCKS = {**blocks_measured.BLOCKS, **blocks_profile.BLOCKS, **blocks_compiled.BLOCKS, **blocks_model.BLOCKS}
+BLOCKS = {**blocks_measured.BLOCKS, **blocks_profile.BLOCKS, **blocks_compiled.BLOCKS, **blocks_model.BLOCKS,
+          **blocks_figures.BLOCKS, **tile_life.BLOCKS}
 BLOCK = re.compile(r"(<!-- ladder:begin ([^>]*?) -->\n)(.*?)(<!-- ladder:end -->)", re.S)
 
 

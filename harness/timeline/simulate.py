@@ -23,6 +23,11 @@ at full speed side by side, as the bound model's ``pipelined`` structure assumes
 the SM, the prologue and the epilogue's work. So it draws what the protocol and the unit cycles
 imply, labelled "simulated"; ``check`` compares its cycles per tile with the measured timelines
 of the Hopper steps.
+
+Beside the marked phases the replay keeps its hand-offs (``events``, for the life-of-a-tile
+picture, harness/report/tile_life.py): every copy and commit (issued, landed), every wait on an
+mbarrier or a named barrier (begun, passed) with what completed the phase it passed on (a copy's
+bytes, a commit, or a warp's arrive).
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ def durations(step: Step, gpu_key: str) -> dict:
 @per_step_version
 def simulate(step: Step, gpu_key: str | None = None, n_blocks: int = records.KEPT_TILES) -> dict:
     """The step's simulated timeline, in the record format of ``harness.gpu.timeline_run.measure``, plus the
-    tensor pipe's own lane (``tensor``)."""
+    tensor pipe's own lane (``tensor``) and the hand-offs (``events``, see the module docstring)."""
     gpu_key = gpu_key or ("b200" if step.track == "blackwell" else "h200")
     source = step.path.read_text()
     names = probes.phase_names(step.module, source)
@@ -68,7 +73,8 @@ def simulate(step: Step, gpu_key: str | None = None, n_blocks: int = records.KEP
              for w, iv in enumerate(result["intervals"][:proto.warps_per_cta]) if iv]
     return {"step": step.id, "simulated": True, "gpu": gpu_key, "n_blocks": n_blocks, "phases": names,
             "warps": records.lanes({"warps": warps}), "tensor": result["tensor"],
-            "durations": {k: round(v, 1) for k, v in d.items()}}
+            "durations": {k: round(v, 1) for k, v in d.items()},
+            "events": result["events"]}
 
 
 def _run(proto: protocol.Protocol, names: list[str], d: dict, *, waits_for_gemm: bool) -> dict:
@@ -85,6 +91,15 @@ def _run(proto: protocol.Protocol, names: list[str], d: dict, *, waits_for_gemm:
     open_phase: dict = {}
     intervals: list = [[] for _ in range(n)]
     named: dict = {}
+    log: list = []                    # the hand-offs: copies, commits, waits (see the docstring)
+    completions: dict = {}            # bar -> what completed each of its phases, in order
+    waiting: dict = {}                # warp -> its wait's entry in log while it is blocked
+
+    def passed(entry, w, bar):
+        """A wait's entry once its warp runs on, with the completion it passed on (none: a fresh
+        barrier's "previous phase")."""
+        done = completions.get(bar, [])
+        entry.update(end=round(t[w]), by=done[bars[bar].phase - 1] if bars[bar].phase else None)
 
     def resume(w, when):
         blocked[w] = None
@@ -95,16 +110,26 @@ def _run(proto: protocol.Protocol, names: list[str], d: dict, *, waits_for_gemm:
         for w in range(n):
             if blocked[w] and blocked[w][0] == "bar" and blocked[w][1] == bar and bars[bar].try_wait(blocked[w][2]):
                 resume(w, when)
+                passed(waiting.pop(w), w, bar)
 
-    def arrive(bar, arrivals, when, expect=0):
-        for _ in range(arrivals):
-            bars[bar].arrive(expect_tx=expect)
+    def completing(bar, when, source, change):
+        """Apply ``change`` to ``bar``; if a phase completes, note ``source`` as what completed it."""
+        before = bars[bar].phase
+        change()
+        if bars[bar].phase > before:
+            completions.setdefault(bar, []).append({**source, "time": round(when)})
         wake_bar(bar, when)
 
-    def push(when, kind, bar=None, arrivals=0):
+    def arrive(bar, arrivals, when, expect=0, source=None):
+        def change():
+            for _ in range(arrivals):
+                bars[bar].arrive(expect_tx=expect)
+        completing(bar, when, source or {}, change)
+
+    def push(when, kind, bar=None, arrivals=0, ref=None):
         nonlocal seq
         seq += 1
-        heapq.heappush(events, (when, seq, kind, bar, arrivals))
+        heapq.heappush(events, (when, seq, kind, bar, arrivals, ref))
 
     def gemm_key(w, op):
         return (w // 4 if waits_for_gemm else w, op.value, op.tile)
@@ -114,29 +139,48 @@ def _run(proto: protocol.Protocol, names: list[str], d: dict, *, waits_for_gemm:
         op = proto.warps[w][pc[w]]
         now = t[w]
         if op.kind == "wait":
+            entry = {"kind": "wait", "warp": w, "bar": str(op.bar), "line": op.line, "begin": round(now)}
+            log.append(entry)
             if not bars[op.bar].try_wait(op.value):
                 blocked[w] = ("bar", op.bar, op.value)
+                waiting[w] = entry
                 return
+            passed(entry, w, op.bar)
         elif op.kind in ("arrive", "expect"):
-            arrive(op.bar, op.value, now, expect=op.copies if op.kind == "expect" else 0)
+            arrive(op.bar, op.value, now, expect=op.copies if op.kind == "expect" else 0,
+                   source={"kind": "arrive", "warp": w})
         elif op.kind == "copy":
             cta = proto.cta_of(w)
             l2_free[cta] = max(now + bound.LOAD_LATENCY, l2_free[cta]) + d["copy"]
-            push(l2_free[cta], "copy", op.bar)
+            log.append({"kind": "copy", "warp": w, "bar": str(op.bar), "text": op.text, "line": op.line,
+                        "issue": round(now), "land": round(l2_free[cta])})
+            push(l2_free[cta], "copy", op.bar, ref=len(log) - 1)
         elif op.kind == "commit":
             for bar in protocol.lands_on(op):          # a multicast commit: each CTA of its mask
-                push(pipe.drained(now) + MMA_LATENCY, "commit", bar, op.value)
+                land = pipe.drained(now) + MMA_LATENCY
+                log.append({"kind": "commit", "warp": w, "bar": str(bar), "line": op.line,
+                            "issue": round(now), "land": round(land)})
+                push(land, "commit", bar, op.value, ref=len(log) - 1)
         elif op.kind in ("sync", "bar_arrive"):
             key = (proto.cta_of(w), op.value)          # named barriers are per CTA
-            st = named.setdefault(key, {"arrived": 0, "waiting": []})
+            st = named.setdefault(key, {"arrived": 0, "waiting": [], "by": []})
             st["arrived"] += protocol.WARP
+            st["by"].append((w, round(now)))
             if op.kind == "sync":
                 st["waiting"].append(w)
+                waiting[w] = {"kind": "wait", "warp": w, "bar": f"barrier {op.value}", "named": op.value,
+                              "line": op.line, "begin": round(now)}
+                log.append(waiting[w])
             if st["arrived"] == op.threads:
+                # what released a waiter: the last arrival of a warp that does not wait here (a
+                # bar.arrive), else of another warp
                 for x in st["waiting"]:
                     if x != w:
                         resume(x, now)
-                named[key] = {"arrived": 0, "waiting": []}
+                    others = [a for a in st["by"] if a[0] not in st["waiting"]] or [a for a in st["by"] if a[0] != x]
+                    src = others[-1] if others else st["by"][-1]
+                    waiting.pop(x).update(end=round(t[x]), by={"kind": "arrive", "warp": src[0], "time": src[1]})
+                named[key] = {"arrived": 0, "waiting": [], "by": []}
             elif op.kind == "sync":
                 blocked[w] = ("named", key)
                 return
@@ -181,12 +225,11 @@ def _run(proto: protocol.Protocol, names: list[str], d: dict, *, waits_for_gemm:
         ready = [w for w in range(n) if pc[w] < len(proto.warps[w]) and blocked[w] is None]
         warp = min(ready, key=lambda w: (t[w], w)) if ready else None
         if events and (warp is None or events[0][0] <= t[warp]):
-            when, _, kind, bar, arrivals = heapq.heappop(events)
+            when, _, kind, bar, arrivals, ref = heapq.heappop(events)
             if kind == "copy":
-                bars[bar].complete_tx(1)
-                wake_bar(bar, when)
+                completing(bar, when, {"kind": "copy", "event": ref}, lambda bar=bar: bars[bar].complete_tx(1))
             elif kind == "commit":
-                arrive(bar, arrivals, when)
+                arrive(bar, arrivals, when, source={"kind": "commit", "event": ref})
             elif when == pipe.next_completion():          # a GEMM finishes (a later prediction wins)
                 for key in pipe.advance(when):
                     for w in range(n):
@@ -202,7 +245,7 @@ def _run(proto: protocol.Protocol, names: list[str], d: dict, *, waits_for_gemm:
                 raise ProtocolError(f"{proto.step}: the simulation deadlocked (warps {stuck})")
             break
         step_warp(warp)
-    return {"intervals": intervals, "tensor": pipe.lane}
+    return {"intervals": intervals, "tensor": pipe.lane, "events": log}
 
 
 class _TensorPipe:
