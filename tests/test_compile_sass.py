@@ -197,3 +197,12 @@ def test_a_variant_named_like_a_ladder_step_gets_its_own_compile(tmp_path):
     assert mine.cubin.parent != h03.cubin.parent
     assert collections.Counter(mine.sass.opcodes) == collections.Counter(h02.sass.opcodes)
     assert collections.Counter(mine.sass.opcodes) != collections.Counter(h03.sass.opcodes)
+
+
+def test_launch_facts_of_a_variant_outside_the_repository(tmp_path):
+    """`ladder sass /tmp/my_h05.py` reads the launch facts of a file that is no module of the
+    repository: the child compile loads it from its path."""
+    from harness.compiler.compile import launch_facts
+    copy = tmp_path / "my_h05.py"
+    shutil.copy(resolve("h05").path, copy)
+    assert launch_facts(resolve(str(copy)), "sm_90a") == launch_facts(resolve("h05"), "sm_90a")

@@ -170,11 +170,16 @@ def launch_facts(step: Step, arch: str) -> dict:
     if key in _launch_memo:
         return _launch_memo[key]
     with tempfile.TemporaryDirectory() as out:
-        code = ("import importlib, sys; from ladder import contract; "
-                "contract.compile_host(importlib.import_module(sys.argv[1]).host, sys.argv[2])")
+        # A variant (a step file anywhere, e.g. /tmp/my_h05.py) is loaded from its path, a ladder step by name.
+        code = ("import importlib, importlib.util, sys\nfrom ladder import contract\nname = sys.argv[1]\n"
+                "if name.endswith('.py'):\n"
+                "    spec = importlib.util.spec_from_file_location('ladder_variant', name)\n"
+                "    module = importlib.util.module_from_spec(spec)\n    spec.loader.exec_module(module)\n"
+                "else:\n    module = importlib.import_module(name)\n"
+                "contract.compile_host(module.host, sys.argv[2])")
         env = {**os.environ, "CUTE_DSL_KEEP": "ir", "CUTE_DSL_DUMP_DIR": out}
-        subprocess.run([sys.executable, "-c", code, step.module_name, arch], env=env, check=True,
-                       capture_output=True, cwd=ROOT)
+        subprocess.run([sys.executable, "-c", code, str(step.path) if step.variant else step.module_name, arch],
+                       env=env, check=True, capture_output=True, cwd=ROOT)
         found = [m.group(1) for f in sorted(Path(out).glob("*_clean.mlir"))
                  for m in _LAUNCH_FACTS.finditer(f.read_text())]
     if len(found) != 1:
