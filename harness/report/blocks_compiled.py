@@ -131,7 +131,8 @@ def excerpt_block(step_id: str, *functions: str) -> str:
     diff = code_diff(other.path, step.path, context=2, within=functions)
     if not diff:
         raise ValueError(f"no code change of {step.id} lies inside {names}")
-    head = f"`{command}`: the code lines that change inside {names}, docstrings and comments stripped.\n\n"
+    head = (f"`{command}`: the hunks of the step's code diff that change a line inside {names} (a hunk "
+            "shows the whole run of nearby changes), docstrings and comments stripped.\n\n")
     return head + _shown_diff(diff, command, step, other)
 
 
