@@ -15,10 +15,11 @@ tile j's MMAs and softmax.
 Expect (arithmetic): per K/V tile the CTA's MMAs are 2 Q tiles x 2 GEMMs x 2 x 128^3 = 16.8 MFLOP,
 about 1.1 us at a B200 SM's share of its dense bf16 rate (~2.25 PFLOP/s over 148 SMs), and a
 64 KB TMA load has a latency of the same order. In b07 that latency sits between every two tiles;
-with two stages it overlaps the previous tile's MMAs and softmax. Expect a large gain: on the H200
-the same change raised the Hopper twin by about a third (h08's writeup), and here up to one load
-latency per tile, of the order of the tile's ~1.1 us of MMA work, leaves the critical path. smem: Q 64 KB + 2 x (K 32 KB + V 32 KB)
-= 192 KB of the 227 KB a CTA may use.
+with two stages it overlaps the previous tile's MMAs and softmax. But the load is not most of a b07
+tile: on the bound model's terms its chain is ~2,048 tensor + ~3,160 softmax + ~1,150 exposed load
+cycles, and taking the load out leaves ~5,200 of ~6,360: expect a clear gain, about 1.2x (more if a
+b07 load wait costs more than the model's constants say; the Hopper twin gained about a third, h08's
+writeup). smem: Q 64 KB + 2 x (K 32 KB + V 32 KB) = 192 KB of the 227 KB a CTA may use.
 
 Evidence: ``ladder sass b08 --against b07`` (smem grows by one stage; the waits address a stage);
 tests/test_blackwell_steps.py (stage count > 1, smem from the shared-storage struct <= 227 KB,
