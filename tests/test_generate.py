@@ -297,3 +297,21 @@ def test_a_bound_rows_measured_cells_are_compared_and_its_model_cells_are_not():
     base = writeups.settled(row.format(measured="0.945", predicted="1.00", binds="tensor"))
     assert writeups.settled(row.format(measured="0.945", predicted="0.98", binds="chain: x")) == base
     assert writeups.settled(row.format(measured="0.953", predicted="1.00", binds="tensor")) != base
+
+
+def test_check_block_lists_one_steps_recorded_selfchecks_and_drops_a_stale_one(tmp_path, monkeypatch):
+    from harness.core import results
+    from harness.core.steps import resolve
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    assert "No recorded selfcheck of `h13`" in writeups.render("check h13")
+    prov = {"gpu": "NVIDIA H200", "date": "2026-01-01T00:00:00Z", "command": "ladder selfcheck --steps h13 --sanitize "
+            "racecheck --record results/h200.json", "ptxas": "13.4"}
+    monkeypatch.setattr("harness.core.provenance.collect", lambda: prov)
+    results.record_selfcheck(tmp_path / "h200.json", "racecheck", [resolve("h13")])
+    block = writeups.render("check h13")
+    assert "NVIDIA H200, 2026-01-01: compute-sanitizer racecheck passed" in block and "`ladder selfcheck" in block
+    assert "No recorded selfcheck" in writeups.render("check h12")
+    data = results.load(tmp_path / "h200.json")
+    data["selfcheck"]["racecheck"]["h13"]["fingerprint"]["step"] = "0" * 64
+    (tmp_path / "h200.json").write_text(__import__("json").dumps(data))
+    assert "No recorded selfcheck of `h13`" in writeups.render("check h13")

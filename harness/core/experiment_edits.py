@@ -217,6 +217,18 @@ EX2_EMULATION = (
      "            p_row = S_mn[r, None].load()\n"),
 )
 
+# The same edit with half of each row emulated: what more FMA-pipe work costs when the MUFU is not the limit.
+EX2_EMULATION_HALF = tuple((before, after.replace("EMU_EVERY = 8                  # 1 exponential in 8 (12.5%) emulated",
+                                                  "EMU_EVERY = 2                  # 1 exponential in 2 (50%) emulated"))
+                           for before, after in EX2_EMULATION)
+assert EX2_EMULATION_HALF != EX2_EMULATION
+
+# h13 without the proxy fence between the threads' smem writes of O and the TMA store that reads them.
+NO_STORE_FENCE = (
+    ("    # fence: this thread's smem writes (generic proxy) become visible to the TMA (async proxy).\n"
+     "    cute.arch.fence_view_async_shared()\n", ""),
+)
+
 
 # The wgmma operand fragments sliced by thread index (the ladder's slicing before h02 took FA4's
 # warp-uniform one): each HGMMA's descriptor starts in a per-thread register and is moved into a

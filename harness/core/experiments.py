@@ -65,6 +65,13 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("h10-exp2-emulation", "h10",
                "h10 with 1 exponential in 8 computed by a degree-3 FMA polynomial instead of MUFU.EX2 "
                "(FA4's Blackwell recipe, plain FFMA)", edit_texts.EX2_EMULATION),
+    Experiment("h10-exp2-emulation-half", "h10",
+               "h10 with 1 exponential in 2 computed by the degree-3 FMA polynomial (exp:h10-exp2-emulation's "
+               "edit with EMU_EVERY = 2)", edit_texts.EX2_EMULATION_HALF),
+    Experiment("h13-no-store-fence", "h13",
+               "h13 without fence.proxy.async between the consumers' smem writes of O and the TMA store that "
+               "reads them (a race the memory model allows; does a test or compute-sanitizer see it?)",
+               edit_texts.NO_STORE_FENCE),
     Experiment("h14-one-tile-per-cta", "h14",
                "h14's persistent code with one CTA per work tile (the grid h13 launches): the loop's own "
                "cost, without the persistence",

@@ -259,4 +259,19 @@ def checks_block() -> str:
     return "\n".join(lines) + "\n" if lines else "No recorded selfcheck yet.\n"
 
 
-BLOCKS = {"results": results_block, "table": table_block, "stock": stock_block, "experiments": experiments_block, "compare": compare_block, "checks": checks_block}
+def check_block(step_id: str) -> str:
+    """What `ladder selfcheck` recorded for one step (or experiment): each check it passed with the
+    current code (numerics at the tiny shapes, plain or under a compute-sanitizer tool), or that none was."""
+    step = resolve(step_id)
+    lines = []
+    for data in results.all_recorded().values():
+        for tool, entry in sorted(data.get("selfcheck", {}).items()):
+            e = entry.get(step.spec)
+            if e and not results.is_stale(step, e):
+                p = e["provenance"]
+                lines.append(f"- {p['gpu']}, {p['date'][:10]}: {_check_name(tool)} passed "
+                             f"(numerics at the tiny shapes; `{p['command']}`; ptxas {p.get('ptxas')})")
+    return "\n".join(lines) + "\n" if lines else f"No recorded selfcheck of `{step.spec}` with its current code.\n"
+
+
+BLOCKS = {"check": check_block, "results": results_block, "table": table_block, "stock": stock_block, "experiments": experiments_block, "compare": compare_block, "checks": checks_block}

@@ -6,7 +6,7 @@ harness/report/blocks_*.py, each module's ``BLOCKS`` naming its own.
     <!-- ladder:begin results 01 -->   ...generated...   <!-- ladder:end -->
 
 Kinds: ``results <step>``, ``sass <step> [<against>]``, ``table <track>``, ``stock``,
-``profile <step>``, ``experiments <base step>``, ``compare <a> <b>`` (steps or exp:names), ``checks``,
+``profile <step>``, ``experiments <base step>``, ``compare <a> <b>`` (steps or exp:names), ``checks``, ``check <step>`` (one step's recorded selfchecks),
 ``code <step> [<against>]`` (the code diff against the predecessor, docstrings and comments stripped),
 ``excerpt <step> <function>...`` (the hunks of that diff inside the named functions),
 ``smem <step> ...`` (the smem store model against ncu's counters, per recorded profile),
