@@ -242,3 +242,11 @@ def test_readmes_forced_edit_list_is_the_writeups():
         if step.id in forced:
             section = step.writeup.read_text().split(FORCED_SECTION, 1)[1].split("\n## ", 1)[0]
             assert re.search(r"exp:[a-z0-9-]+", section), f"{step.id}: the forced edit cites no evidence"
+
+
+def test_a_long_excerpt_is_cut_and_points_at_the_whole_diff():
+    block = blocks_compiled.excerpt_block("h12", "online_softmax")
+    fenced = block.split("```diff\n", 1)[1].split("```", 1)[0]
+    assert len(fenced.splitlines()) == blocks_compiled.EXCERPT_LINES and "more lines" in block
+    short = blocks_compiled.excerpt_block("h14", "tiles_of")
+    assert "more lines" not in short

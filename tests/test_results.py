@@ -249,3 +249,9 @@ def test_carry_drops_an_earlier_carried_note_once_the_record_is_stale(tmp_path):
     assert carry(path) == ["rows/h05: stays stale (its recorded code is not in git history); "
                            "its earlier carried note dropped"]
     assert "carried" not in results.load(path)["rows"]["h05"]
+
+
+def test_an_h_mean_outside_its_process_range_is_marked():
+    from harness.report.tables import with_range
+    assert with_range(0.439, [0.441, 0.444]) == "0.439* (0.441-0.444)"
+    assert with_range(0.442, [0.441, 0.444]) == "0.442 (0.441-0.444)"

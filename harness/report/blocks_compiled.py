@@ -100,6 +100,7 @@ def tmem_block(name: str) -> str:
 
 
 CODE_CHANGED_LINES = 80      # a code block shows at most this many removed/added lines (b02 and h02 rewrite 01)
+EXCERPT_LINES = 48           # an excerpt, at the top of a page, shows at most this many diff lines
 
 
 def code_block(step_id: str, against: str | None = None) -> str:
@@ -133,7 +134,12 @@ def excerpt_block(step_id: str, *functions: str) -> str:
         raise ValueError(f"no code change of {step.id} lies inside {names}")
     head = (f"`{command}`: the hunks of the step's code diff that change a line inside {names} (a hunk "
             "shows the whole run of nearby changes), docstrings and comments stripped.\n\n")
-    return head + _shown_diff(diff, command, step, other)
+    lines = diff.splitlines()
+    if len(lines) <= EXCERPT_LINES:
+        return head + "```diff\n" + diff + "```\n"
+    return (head + "```diff\n" + "\n".join(lines[:EXCERPT_LINES]) + "\n```\n\n"
+            f"... {len(lines) - EXCERPT_LINES} more lines ({changed_lines(chr(10).join(lines[EXCERPT_LINES:]))} "
+            "of them changed): the whole diff is in the page's first appendix, or run the command.\n")
 
 
 def _shown_diff(diff: str, command: str, step, other) -> str:

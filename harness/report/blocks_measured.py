@@ -48,17 +48,23 @@ def results_block(step_id: str) -> str:
         out.append(markdown_table(table, ["GPU, date", "4k", "8k", "16k", "h-mean", "processes",
                                "step TFLOP/s (4k/8k/16k)", "FA4 TFLOP/s", "numerics"]))
         out.append("")
+        # How it was measured, for the reader who wants it: collapsed, so that a page reads the numbers first.
+        out.append("<details><summary>How this was measured (shapes, processes, versions, clocks)</summary>")
+        out.append("")
         out.append("Fractions of stock FlashAttention-4, timed side by side in one process "
                    "(batch*seqlen = 16k, 16 heads, hdim 128, bf16, non-causal; L2 flushed; median of each "
                    "process's timings). With several processes: the median over processes and, in "
                    "parentheses, their min-max (for h-mean: the harmonic mean of the medians, and the "
-                   "lowest and highest of a single process's); TFLOP/s are medians over processes.")
+                   "lowest and highest of a single process's; * marks an h-mean outside that range, which "
+                   "happens when the medians at different lengths come from different processes); "
+                   "TFLOP/s are medians over processes.")
         for row in rows.values():
             p = row["provenance"]
             out.append(f"Recorded by `{p['command']}` on {p['gpu']} (driver {p.get('driver')}), torch "
                        f"{p['torch']}, nvidia-cutlass-dsl {p['cutlass_dsl']}, {built_with([row])}, "
                        f"flash-attn-4 {p['flash_attn_4']} ({fa4_ran([row])}).")
             out += [clock_sentence(row)] if clock_sentence(row) else []
+        out += ["", "</details>"]
     if "sm_100a" in step.info.archs and not measured_on(rows, ARCH_CAPABILITY["sm_100a"]):
         out.append(f"B200 (sm_100a): {NOT_RUN_B200}.")
     if not out:
@@ -129,7 +135,8 @@ def _gpu_table(track: str, data: dict, model: dict | None = None) -> str:
         text += (f"\nFractions of stock FA4 measured in the same process on {measured[-1]['provenance']['gpu']}, "
                  f"each step in {' or '.join(map(str, repeats))} separate process{'es' if repeats != [1] else ''}: "
                  "the seqlen columns are medians over processes, h-mean is their harmonic mean, and in "
-                 "parentheses the lowest and highest harmonic mean of a single process; \"within noise\" "
+                 "parentheses the lowest and highest harmonic mean of a single process (* marks an h-mean "
+                 "outside that range: the medians at different lengths came from different processes); \"within noise\" "
                  f"marks a change smaller than the two rows' ranges. FA4's own TFLOP/s in those processes: {span} "
                  f"(FA4's kernel: {fa4_ran(measured)}). Compiled by {built_with(measured)}. "
                  f"Dates: {dates[0]} to {dates[-1]}.\n")
@@ -233,7 +240,7 @@ def _check_name(tool: str) -> str:
     """"none", "racecheck", "guard", "guard+racecheck" -> how the checks block names the run."""
     parts = tool.split("+")
     sanitizer = [t for t in parts if t not in ("none", "guard")]
-    words = (["selfcheck --guard (60 s timeout, TMEM guardrails on sm_100a)"] if "guard" in parts else []) + \
+    words = (["selfcheck --guard (60 s timeout; TMEM guardrails too on sm_100a)"] if "guard" in parts else []) + \
         [f"compute-sanitizer {t}" for t in sanitizer]
     return " + ".join(words) or "selfcheck"
 
@@ -256,7 +263,10 @@ def checks_block() -> str:
             changed = sorted(set(entry) - set(current))
             if changed:
                 lines.append(f"- {what}: {', '.join(changed)} changed since checked: to be re-checked")
-    return "\n".join(lines) + "\n" if lines else "No recorded selfcheck yet.\n"
+    if not lines:
+        return "No recorded selfcheck yet.\n"
+    return ("Each step is listed under the latest run that checked it with its current code (a run's command "
+            "may name steps that a later run checked again).\n\n" + "\n".join(lines) + "\n")
 
 
 def check_block(step_id: str) -> str:

@@ -32,7 +32,10 @@ def with_range(value, span, digits=3) -> str:
         return "—"
     if not span or span[0] == span[1]:
         return fmt(value, digits)
-    return f"{fmt(value, digits)} ({fmt(span[0], digits)}-{fmt(span[1], digits)})"
+    # An h-mean of the columns' medians can fall outside the single processes' h-means (the medians at
+    # 4k, 8k and 16k may come from different processes): marked, and the footnotes say why.
+    outside = "*" if not span[0] <= value <= span[1] else ""
+    return f"{fmt(value, digits)}{outside} ({fmt(span[0], digits)}-{fmt(span[1], digits)})"
 
 
 def ladder_cells(summary: dict, prev: dict | None) -> list[str]:
@@ -72,7 +75,7 @@ def fa4_ran(rows) -> str:
     """Which FA4 kernel the rows were compared against (the configuration each process recorded at
     each seqlen, reference.stock.fa4_config), or that they did not record it."""
     labels = sorted({fa4_config_label(b["fa4_config"]) for r in rows for b in r.get("bench", []) if b.get("fa4_config")})
-    return "; ".join(labels) if labels else "FA4's configuration not recorded"
+    return "; ".join(labels) if labels else "FA4's configuration was not recorded by this run"
 
 
 def built_with(rows) -> str:

@@ -20,8 +20,11 @@ from harness.timeline import probes, records
 WINDOW = range(6, 10)          # the tiles drawn: past the prologue, well inside the kept 16
 SIMULATED = "simulated from the protocol model and the bound model's unit cycles; not a measurement"
 COLOURS = {"qk": "#1f77b4", "pv": "#2ca02c", "softmax": "#ff7f0e", "work": "#9467bd", "wait": "#d0d0d0"}
-LEGEND = {"qk": "S = Q K^T (issue to done; tcgen05: issue only)", "pv": "O += P V (issue to done; tcgen05: issue only)",
-          "softmax": "softmax", "work": "other work (P to bf16, O rescale)", "wait": "waiting on a barrier"}
+LEGEND = {"qk": "S = Q K^T", "pv": "O += P V", "softmax": "softmax", "work": "other work (P to bf16, O rescale)",
+          "wait": "waiting on a barrier"}
+# What a GEMM bar spans: a wgmma from its issue to its wait_group; a tcgen05.mma is issued by one thread and
+# completes on its own (the simulation draws its issue only).
+GEMM_SPAN = {"hopper": " (wgmma: issue to done)", "blackwell": " (tcgen05: issue only)"}
 
 
 def recorded(step: Step) -> tuple[dict, str] | None:
@@ -148,7 +151,9 @@ def draw(step: Step, record: dict, label: str, out_dir: Path | None = None) -> l
         fig.suptitle(f"{data['step']}: {data['title']} (one CTA, K/V tiles j = {WINDOW.start}-{WINDOW.stop - 1})",
                      fontsize=11)
         ax.set_title(data["label"], fontsize=8.5, style="italic", color="#b00000" if data["simulated"] else "0.35")
-        fig.legend(handles=[Patch(facecolor=COLOURS[k], label=LEGEND[k]) for k in COLOURS if k in kinds],
+        span = GEMM_SPAN.get(step.track, "")
+        fig.legend(handles=[Patch(facecolor=COLOURS[k], label=LEGEND[k] + (span if k in ("qk", "pv") else ""))
+                            for k in COLOURS if k in kinds],
                    loc="lower center", ncol=len(kinds), fontsize=8, frameon=False)
         fig.tight_layout(rect=(0, 0.07 * 4 / (len(lanes) + 1), 1, 1))
         fig.savefig(svg, format="svg", metadata={"Date": None})
