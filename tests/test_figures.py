@@ -105,6 +105,7 @@ def test_each_cta_of_the_pair_holds_its_rows_and_half_of_k_and_v():
 
 
 def test_every_figure_block_links_a_picture_beside_its_page(tmp_path):
+    assert figure_draw.names(), "no figures registered"
     for name in figure_draw.names():
         block = writeups.render(f"figure {name}")
         link = block.split("](", 1)[1].split(")", 1)[0]
@@ -113,6 +114,7 @@ def test_every_figure_block_links_a_picture_beside_its_page(tmp_path):
         assert "Read from" in block
     used = [(page, spec) for page in writeups.documents() if page.exists()
             for _, spec, _, _ in writeups.BLOCK.findall(page.read_text()) if spec.startswith("figure ")]
+    assert used, "no page uses a figure block"
     for page, spec in used:
         link = writeups.render(spec).split("](", 1)[1].split(")", 1)[0]
         assert (page.parent / link).exists(), f"{page.relative_to(ROOT)}: {spec} links {link}, not there"

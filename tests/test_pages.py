@@ -55,6 +55,7 @@ def test_the_narrative_shows_an_excerpt_and_the_appendix_the_whole_diff(step):
 def test_every_appendix_has_a_summary_and_renders_its_markdown(step):
     """GitHub renders Markdown inside <details> only after a blank line following <summary>."""
     lines = step.writeup.read_text().splitlines()
+    assert any(line.startswith("<details") for line in lines), f"{step.writeup.name}: no collapsed appendix"
     for i, line in enumerate(lines):
         if line.startswith("<details"):
             assert "<summary>" in line and "</summary>" in line, f"{step.writeup.name}:{i + 1}: <details> needs a one-line <summary>"
