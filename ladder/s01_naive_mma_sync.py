@@ -28,8 +28,8 @@ issues 144 ``ldmatrix.x4`` (Q 8, K 64, P 8, V 64). One x4 reads four 8x8 matrice
 conflict-free, but with 256-byte rows the 8 rows of a matrix sit in the same 4 banks, so each matrix
 costs 8 wavefronts, 32 per instruction. Per CTA and K/V tile: 4 x 144 x 32 = 18,432 wavefronts for
 4 x 64 x 128 x 128 = 4.19 MFLOP; an SM serves one wavefront per clock, so at most 227 FLOP/clk/SM,
-about 59 TFLOP/s on 132 SMs at 1.98 GHz: under a tenth of FA4. (A first estimate that ignored the
-conflicts said 0.2-0.35x; the measurement disagreed, and ncu's conflict count says why: see the writeup.)
+about 59 TFLOP/s on 132 SMs at 1.98 GHz (the maximum SM clock): 59 / ~700 = at most ~0.08 of FA4,
+less with the copies and the softmax on top.
 
 Evidence: ``ladder sass 01`` (HMMA.16816.F32.BF16, LDSM, MUFU.EX2; no HGMMA/UTCHMMA);
 ``ladder run 01`` / results/h200.json; writeups/01-naive-mma-sync.md.

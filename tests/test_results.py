@@ -255,3 +255,4 @@ def test_an_h_mean_outside_its_process_range_is_marked():
     from harness.report.tables import with_range
     assert with_range(0.439, [0.441, 0.444]) == "0.439* (0.441-0.444)"
     assert with_range(0.442, [0.441, 0.444]) == "0.442 (0.441-0.444)"
+    assert with_range(0.9016, [0.9019, 0.904]) == "0.902 (0.902-0.904)"     # inside, as printed

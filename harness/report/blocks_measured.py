@@ -139,7 +139,7 @@ def _gpu_table(track: str, data: dict, model: dict | None = None) -> str:
                  "outside that range: the medians at different lengths came from different processes); \"within noise\" "
                  f"marks a change smaller than the two rows' ranges. FA4's own TFLOP/s in those processes: {span} "
                  f"(FA4's kernel: {fa4_ran(measured)}). Compiled by {built_with(measured)}. "
-                 f"Dates: {dates[0]} to {dates[-1]}.\n")
+                 + (f"Date: {dates[0]}.\n" if dates[0] == dates[-1] else f"Dates: {dates[0]} to {dates[-1]}.\n"))
     return text
 
 

@@ -86,8 +86,12 @@ def timeline_block(step_id: str) -> str:
              _timeline_table(record, simulated), ""]
     per = records.period(record)
     busy = records.gemm_in_flight(record)
-    busy_text = (f"; a GEMM is in flight {busy:.0%} of the time (tiles 2-{records.KEPT_TILES - 3})"
+    busy_text = (f"; a GEMM is in flight (from its issue to its wait's return, queueing behind the other "
+                 f"warpgroup's included) {busy:.0%} of the time (tiles 2-{records.KEPT_TILES - 3})"
                  if busy is not None else "")
+    lines.append(f"Each lane draws its own phases of tiles {w.start}-{w.stop - 1}: a producer that runs ahead of the "
+                 "consumers waits for those tiles' slots earlier, so its bars stand left of theirs.")
+    lines.append("")
     if simulated:
         lines.append(f"Simulated (B200 unit rates, {NOT_RUN_B200}): one K/V tile every {per:,.0f} cycles{busy_text}. "
                      "The MMA warp's bars are issue only; the tensor pipe's lane shows when the GEMMs run. "
@@ -109,12 +113,14 @@ def timeline_check_block(track: str) -> str:
     """``timeline-check hopper``: measured cycles per K/V tile against the simulation's, per step."""
     rows = []
     for c in timeline_sim.check(track_steps(track)):
-        rows.append([c["step"], f"{c['measured']:,.0f}", f"{c['simulated']:,.0f} (simulated)",
-                     f"{c['simulated'] / c['measured'] - 1:+.0%}"])
+        rows.append([c["step"], f"{c['seqlen'] // 1024}k", f"{c['probe_cost']:+.0%}", f"{c['measured']:,.0f}",
+                     f"{c['simulated']:,.0f} (simulated)", f"{c['simulated'] / c['measured'] - 1:+.0%}"])
     if not rows:
         return "No measured timeline yet.\n"
-    return markdown_table(rows, ["step", "measured cycles per K/V tile (one CTA)", "simulation",
-                                 "simulation vs measured"]) + "\n"
+    return markdown_table(rows, ["step", "seqlen", "probes' cost", "measured cycles per K/V tile (one CTA)",
+                                 "simulation", "simulation vs measured"]) + (
+        "\n\nThe probes slow a kernel by the cost shown (the instrumented kernel's time against the step's): a row "
+        "whose probes cost much, or measured at another seqlen, times a different loop from the others.\n")
 
 
 BLOCKS = {"accuracy": accuracy_block, "bound": bound_block, "timeline": timeline_block, "timeline-check": timeline_check_block}

@@ -158,7 +158,9 @@ def draw(data: dict, out_dir: Path | None = None) -> list[Path]:
         ax.set_xticks(numbers)
         ax.set_xticklabels([" / ".join(a["ids"]) for a in data["axis"]] or ["01"], fontsize=9)
         ax.grid(axis="y", color="0.9", zorder=0)
-        ax.set_xlabel("ladder step")
+        unmeasured = sorted(data["unmeasured"])
+        ax.set_xlabel("ladder step" + (f" (no line for the {' and '.join(t.capitalize() for t in unmeasured)} track: not measured)"
+                                        if unmeasured else ""))
         ax.set_ylabel("fraction of stock FA4 (harmonic mean over seqlen 4k/8k/16k)")
         ax.set_title("attention-ladder: each step's speed as a fraction of stock FlashAttention-4")
         handles, labels = ax.get_legend_handles_labels()

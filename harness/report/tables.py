@@ -33,9 +33,11 @@ def with_range(value, span, digits=3) -> str:
     if not span or span[0] == span[1]:
         return fmt(value, digits)
     # An h-mean of the columns' medians can fall outside the single processes' h-means (the medians at
-    # 4k, 8k and 16k may come from different processes): marked, and the footnotes say why.
-    outside = "*" if not span[0] <= value <= span[1] else ""
-    return f"{fmt(value, digits)}{outside} ({fmt(span[0], digits)}-{fmt(span[1], digits)})"
+    # 4k, 8k and 16k may come from different processes): marked, and the footnotes say why. Compared
+    # as printed, so that a mark is never beside a value that reads as inside its range.
+    shown, low, high = fmt(value, digits), fmt(span[0], digits), fmt(span[1], digits)
+    outside = "*" if not float(low) <= float(shown) <= float(high) else ""
+    return f"{shown}{outside} ({low}-{high})"
 
 
 def ladder_cells(summary: dict, prev: dict | None) -> list[str]:

@@ -274,7 +274,8 @@ def life_block(step_id: str) -> str:
             "the model and is drawn as long as O's bytes take at its L2 rate. Grey bars are waits, each labelled "
             "with its barrier; an arrow runs from what completed the barrier's phase (a copy landing, a warp's "
             f"arrive{commit}) to the wait it released, and the bands mark the start-up, the steady state and the "
-            "drain.\n")
+            "drain. Work is drawn where the source puts it: the compiled code may run it later (ptxas moves "
+            "instructions across a wait; the step's SASS says where they ended up).\n")
 
 
 BLOCKS = {"life": life_block}

@@ -315,5 +315,6 @@ def check(steps) -> list[dict]:
                 continue
             measured = records.period(record)
             simulated = records.period(simulate(step, gpu if gpu in ("h200", "b200") else None))
-            out.append({"step": step.id, "gpu": gpu, "measured": measured, "simulated": simulated})
+            out.append({"step": step.id, "gpu": gpu, "measured": measured, "simulated": simulated,
+                        "seqlen": record["shape"][1], "probe_cost": record["instrumented_ms"] / record["step_ms"] - 1})
     return out

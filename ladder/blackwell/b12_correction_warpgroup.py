@@ -25,10 +25,14 @@ about (63/64)^32 = 60% of the warps skip).
 
 Expect (model, per K/V tile and CTA on a B200 SM): the softmax path loses the rescale's 16 TMEM
 instructions, 64 FMUL2 and its TMEM round trip, and the softmax's tile loop has no local-memory
-access at 192 registers. If b11 is bound by the softmax's path (the MUFU and the FMA pipe nearly
-tie with the tensor core), +5-10%. Against it: at FA4's 48 registers the MMA and load warps spill
-(INFO's spills_at_register_cap), and some of the MMA warp's reloads sit between its
-p_full/o_ready waits and its P V issue.
+access at 192 registers: 616 -> 501 instructions per warp, 1,232 -> 1,002 cycles at a lone warp's
+0.5 per cycle. Two models bracket the gain over b11, both hypotheses until a B200 runs it: the
+bound model (loads hidden, one Q tile's chain binds: 1,024 + softmax + 2 x 150) gives 2,556 ->
+2,326 cycles, +10%; the simulated timeline (the same unit cycles, loads at the H200's 800 cycles
+of latency + 176 per 32 KB, assumed for the B200) has the two-slot K/V ring set the period,
+2,656 -> 2,576 cycles, +3%, level with b10. Expect +3-10%. Against it: at FA4's 48 registers the
+MMA and load warps spill (INFO's spills_at_register_cap), and some of the MMA warp's reloads sit
+between its p_full/o_ready waits and its P V issue.
 
 Numerics: b12 computes what b11 computes: the same running max, the same factors, and a skipped
 rescale is a multiplication by 1. FA4 lets the max lag by up to 8 (log2 units) before it rescales,

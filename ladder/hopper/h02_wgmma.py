@@ -18,10 +18,10 @@ remains in the shared-memory pipe: the synchronous K and V stores, 64 KB in 16-b
 128 warp stores. In the INTERLEAVE layout the 16 threads that copy one 256-byte row write 16 core
 matrices whose rows all sit at the same offset; a 16-byte warp store is served a quarter-warp at a
 time and each quarter's 8 threads hit the same 4 banks, so each warp store costs 32 wavefronts, not
-4: ~4,096 wavefronts per tile (step 03 fixes that), plus 128 conflict-free P stores. That is ~4x
-fewer wavefronts than 01, so shared memory stops being the only limit; the synchronous global loads become it
-(every thread waits for its 32 loads of 16 bytes per tile; 2 CTAs per SM, 96 KB each, hide little).
-Expect several times 01's speed, roughly 0.2-0.35x of FA4.
+4: ~4,096 per tile (step 03 fixes that), + 128 for P: 4,224, 4.7x fewer than 01's 19,968. Two ends:
+shared memory the only limit (4.19 MFLOP / 4,224 cycles), ~0.37x of FA4; nothing overlapping, ~1,150
+cycles of exposed load + 4,224 of stores + 1,024 of MMA + 1,129 instructions per warp at one per 2
+cycles = ~8,650 cycles per tile, ~0.18x. Expect 0.18-0.37x of FA4, three to six times 01.
 
 Evidence: ``ladder sass h02 --against 01`` (HGMMA replaces HMMA; LDSM gone; WARPGROUP.ARRIVE /
 DEPBAR); ``ladder profile h02``; results/h200.json; writeups/hopper/02-wgmma.md.

@@ -15,14 +15,14 @@ swizzle: they come from the accumulator fragment, and a warp's 32 four-byte stor
 128-byte core matrix (8 rows x 16 B: 1 wavefront). Swizzling P would only add XOR-ed store addresses, one
 register each (compiled into h04, a swizzled P takes the kernel to the 255-register ceiling).
 
-Expect (arithmetic): per CTA and K/V tile the 128 warp stores of K and V drop from ~4,096 to 512
-wavefronts, and Q's one-time stores likewise. (As first written, this estimate took h02's stores at
-16 wavefronts each, ~2,048 per tile, and the tensor-core work at ~560 cycles per 4.19 MFLOP tile;
-it is ~1,024 at 4,096 dense FLOP/clk/SM. It judged shared memory no longer the bottleneck after
-h02, so the gain would be the stores' own stall time: modest, +10-30% at the harmonic mean.) The synchronous
-global loads stay the limit until TMA (h04) and pipelining (h07/h08). (Measured: a far larger
-gain. The writeup explains what this estimate got wrong: in a loop where nothing overlaps, the
-store stalls were on the critical path.)
+Expect (arithmetic): per CTA and K/V tile the 128 warp stores of K and V drop from 4,096 to 512
+wavefronts (Q's one-time stores likewise; P's 128 stay), against ~1,024 cycles of tensor-core work.
+In a loop where nothing overlaps, the store cycles are time. Two ends: stores and MMAs only,
+4,096 + 128 + 1,024 = 5,248 cycles become 512 + 128 + 1,024 = 1,664 (3.2x); everything in series
+(h02's count: ~1,150 cycles of exposed load, the stores, the MMAs, the loop's instructions at one
+per 2 cycles), ~8,650 cycles become ~5,100 (1.7x). Expect 1.7-3.2x h02.
+The synchronous global loads stay in series with everything until TMA (h04) and pipelining
+(h07/h08).
 
 Evidence: ``ladder sass h03 --against h02`` (same instructions: only layouts and descriptors
 change); the host test of store wavefronts (test_h03_swizzle_* in tests/test_hopper_steps.py; its store model

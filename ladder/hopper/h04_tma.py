@@ -7,17 +7,17 @@ Memory Accelerator reads a whole tile from global memory and writes it into shar
 in bytes on an mbarrier: the issuing thread arrives with ``expect_tx`` = the tile's byte count, the
 TMA's writes decrement it, and every thread waits on the barrier's phase. This is an *enabler*.
 
-Why: a synchronous copy costs every thread registers and issue slots, and stalls all of them on
-their own loads. TMA takes address generation and the copy off the SM's threads and is the only
-way to have loads in flight while the same warps compute, which h07 (a producer warp) and h08 (a
-multi-stage ring) build on. Here the loop is still serial: issue, wait, compute, so the load
-latency is still exposed.
+Why: a synchronous load cannot be in flight while the same threads compute. Ampere's cp.async
+(LDGSTS, FA2's pipeline) can be, but costs every thread address math and one instruction per 16 B;
+the TMA costs one thread one instruction per box, which h07 (a producer warp) and h08 (a ring) build
+on. Here the loop is still serial (issue, wait, compute), so the load latency stays exposed.
 
-Expect (arithmetic): per K/V tile the CTA still waits for 64 KB to arrive before any MMA, as in
-h03; what changes is who does it. The 128 threads no longer execute 32 LDG + 32 STS each per tile
-(and the swizzled address math behind them, which held h03 at the register ceiling: ``ladder sass
-h04 --against h03``), so the issue slots and
-registers they freed show up only as a small gain: roughly flat, within +-15% of h03.
+Expect (arithmetic): the CTA still waits for 64 KB per tile before any MMA, as in h03; what changes
+is who does it. The 128 threads no longer execute 32 LDG + 32 STS each per tile (and the swizzled
+address math behind them, which held h03 at the register ceiling: ``ladder sass h04 --against h03``).
+In h03's serial count per CTA and tile (~1,150 cycles of exposed load, 1,024 of MMA, the loop's
+instructions at one per 2 cycles, the store wavefronts) the loop drops from 1,141 to 1,055
+instructions and the 512 K/V store wavefronts go: 5,098 -> 4,414 cycles, about +15% over h03.
 
 Evidence: ``ladder sass h04 --against h03`` (UTMALDG and SYNCS appear; LDG and the 16-byte STS
 are gone); results/h200.json; writeups/hopper/04-tma.md.

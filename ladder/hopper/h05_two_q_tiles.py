@@ -10,15 +10,20 @@ their latency) per 64 rows. Here those 64 KB serve 128 rows, so the K/V bytes pe
 and so does the number of CTAs that each re-read the whole of K and V: at seqlen 16k, 128 CTAs per
 (batch, head) instead of 256, each reading 8 MB of K/V... half the L2->SM traffic in total.
 
-Expect (arithmetic): per K/V tile a CTA now does 2 x 4.19 MFLOP of MMA for the same 64 KB load,
-so the exposed load latency per FLOP halves. The loop is still serial (load, wait, compute), so
-expect most of that: +40-80% at the harmonic mean over h04. The CTA needs 128 KB of smem and 256
-threads x ~220 registers, so one CTA per SM. Measured on the H200: slower than h04. Against h04
-held to one CTA per SM the sharing pays nearly as predicted (just under the range), but h04 runs two independent CTAs per SM that
-overlap each other's load waits and softmax, while these two warpgroups meet at a CTA barrier every
-tile and run their softmax at the same time. On Hopper this step is therefore an enabler: h09's
-ping-pong needs two consumer warpgroups in one CTA, and h08's ring the smem they share; the
-writeup's experiments (harness/core/experiments.py) show each part.
+Expect (arithmetic): per K/V tile a CTA now does 2 x 4.19 MFLOP of MMA for the same 64 KB load. From
+h04's count per tile (exposed load W ~1,152 cycles, compute C ~3,262: 1,024 of MMA, 1,055 loop
+instructions at one per 2 cycles, 128 P store wavefronts), the load is the smaller part, so the gain
+depends on how much of C doubles: if only the shared units' work does (tensor pipe, smem; each
+warpgroup issues from its own warps), 2 x 4,414 / (1,152 + 2,048 + 2,110 + 256) ~ x1.6; if all of it
+does, 2(W + C) / (W + 2C) ~ x1.15. So +15-60% at the harmonic mean over h04, nearer the top. The
+count is per CTA, one h05 CTA against one h04 CTA. The CTA needs 128 KB of smem (Q, K, V, P: 32 KB
+each) and 256 threads x ~220 registers, so one CTA per SM. Measured on the H200: slower than h04,
+outside the band. Against h04 held to one CTA per SM (the comparison the count made) the sharing
+gains, in the band's lower half; what the prediction missed is that h04 runs two independent CTAs
+per SM that overlap each other's load waits and softmax, while these two warpgroups meet at a CTA
+barrier every tile and run their softmax at the same time. On Hopper this step is therefore an
+enabler: h09's ping-pong needs two consumer warpgroups in one CTA, and h08's ring the smem they
+share; the writeup's experiments (harness/core/experiments.py) show each part.
 
 Evidence: ``ladder sass h05 --against h04`` (the same instruction mix; 256 threads in the launch
 metadata); tests/test_hopper_steps.py (threads, rows, K/V bytes per row); results/h200.json;

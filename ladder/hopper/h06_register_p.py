@@ -10,14 +10,16 @@ wgmma. Gone: the P buffer (32 KB of smem), its 32 STS per thread per tile, the p
 warpgroup barrier that made those stores visible to the tensor cores. This is an *enabler*.
 
 Why: the P round trip costs each warpgroup 16 KB of smem stores and a barrier per tile, and its
-smem (with K, V and Q) is what later steps need for a K/V ring (h08). FA3 and FA4's SM90 path keep P
-in registers.
+32 KB of smem leave room for a deeper K/V ring (h08's two stages fit with or without P; a third
+stage only without it). FA3 and FA4's SM90 path keep P in registers.
 
 Expect (arithmetic): per tile and warpgroup, h05 stores 64 x 128 x 2 B = 16 KB of P (32 four-byte
-STS per thread, 32 store wavefronts per warp) and the tensor cores read it back from smem; next to
-~2,000 cycles of MMA per tile that is a few hundred cycles of issue and a barrier, so expect a small
-gain, +0-10%. The smem drops from 128 KB to 96 KB, but registers still allow one CTA per SM (256
-threads x ~170 registers), and the lock-step between the two warpgroups (h05's writeup) is untouched.
+STS per thread, 32 store wavefronts per warp); both warpgroups' 32 KB at 128 B/clk is 256 cycles of
+store bandwidth, then a fence and a barrier. Fully exposed, that is an eighth of the ~2,050 cycles
+of MMA per tile but about 5% of h05's whole tile (its count: ~5,570 cycles with the load and the
+issue), and part of it overlaps the exponentials: expect +0-5%. The smem drops from 128 KB to 96 KB,
+but registers still allow one CTA per SM (256 threads x ~170 registers), and the lock-step between
+the two warpgroups (h05's writeup) is untouched.
 
 Evidence: ``ladder sass h06 --against h05`` (the P V HGMMA reads A from registers; no STS);
 tests/test_hopper_steps.py; results/h200.json; writeups/hopper/06-register-p.md.

@@ -18,9 +18,12 @@ changing this protocol. setmaxnreg gives the consumers the registers h08-h13 nee
 CTA may otherwise use 65536 / 384 = 170 per thread).
 
 Expect (arithmetic): per tile the consumers still wait for a whole 64 KB load after releasing the
-previous one, as in h06; what changes is that no warp computes and issues loads, and no CTA
-barrier is taken. Roughly flat, within +-15% of h06. Still one CTA per SM (96 KB of smem;
-128 x 24 + 256 x 240 = 64,512 of 65,536 registers).
+previous one, as in h06, and kv_empty (count 8) keeps the two consumer warpgroups in lock-step.
+What changes is that no warp computes and issues loads, and no CTA barrier is taken: the loop
+loses 36 instructions per warp (~70 cycles of a ~5,160-cycle tile), and the CTA barrier and the
+producer's wake-up on kv_empty (~150 cycles each) cancel. About +1.5%: flat, 0 to +5% over h06.
+Measured: +8%, above the band; the writeup says what its timeline does and does not explain.
+Still one CTA per SM (96 KB of smem; 128 x 24 + 256 x 240 = 64,512 of 65,536 registers).
 
 Evidence: ``ladder sass h07 --against h06`` (USETMAXREG appears; 384 threads in the launch
 metadata); tests/test_hopper_steps.py; results/h200.json; writeups/hopper/07-warp-specialized.md.

@@ -11,10 +11,10 @@ finished P_j V_j, so each tile's load latency sits between two tiles of compute.
 the load of tile j+1 overlaps the compute of tile j. (A warpgroup that runs ahead may also start a
 tile before the other has finished the previous one, loosening h05's lock-step a little.)
 
-Expect (arithmetic): the loads hide behind compute: the bound is what h05's free-loads experiment
-measured over h05 (its writeup), plus what h07 gained from dropping the CTA barrier. Expect h08 clearly
-above h05 and above FA2's ~0.5x of FA4 on this GPU: +15-35% over h07. smem: Q 32 KB + 2 x (K 32 KB
-+ V 32 KB) = 160 KB of the 227 KB a CTA may use.
+Expect (arithmetic): hiding the loads is worth +31% to h05 (its free-loads experiment). The same
+fraction gives h08 +31% over h07; if all of h07's gain over h05 was on the load path, h08 only
+reaches that experiment's level, +19% over h07. So +19-31%, the drift in neither (measured: +36%).
+smem: Q 32 KB + 2 x (K 32 KB + V 32 KB) = 160 KB of the 227 KB a CTA may use.
 
 Evidence: ``ladder sass h08 --against h07``; tests/test_hopper_steps.py (stages > 1, smem budget
 from the shared-storage struct, expect-tx counts); results/h200.json;

@@ -3,10 +3,9 @@
 Change from h08: two named barriers, one per consumer warpgroup, pass a turn between them. A
 warpgroup takes its turn (``bar.sync`` on its own barrier), issues its tensor-core work, and hands
 the turn over (``bar.arrive`` on the other's barrier) right after issuing QK^T; it then waits for
-S and runs its softmax while the other warpgroup's GEMMs run. One turn is: P V of the previous
-tile, then QK^T of this tile (as FA4's SM90 mainloop without intra-warpgroup overlap). Warpgroup 1
-arrives once before the loop so that warpgroup 0 goes first; after the loop warpgroup 0 hands
-over once more, for warpgroup 1's last P V.
+S and runs its softmax while the other warpgroup's GEMMs run. One turn is: P V of tile j, then
+QK^T of tile j+1 (as FA4's SM90 mainloop without intra-warpgroup overlap). Warpgroup 1 arrives
+once before the loop so that warpgroup 0 goes first; warpgroup 0 hands over once after the loop.
 
 Why: in h08 both warpgroups wait on the same kv_full, so they issue their GEMMs together, wait
 for them together and run their softmax together: while the softmax runs (both warpgroups' 8
@@ -15,16 +14,17 @@ softmax runs while the other's P V and QK^T run.
 
 Expect (arithmetic): per K/V tile and SM (one CTA per SM), each warpgroup's two GEMMs are
 2 x 64 x 128 x 128 x 2 = 4.2 MFLOP, 1,024 tensor-core cycles at the H200's 4,096 dense bf16
-FLOP/clk/SM. Each consumer thread's main loop is ~1,000 instructions per tile (``ladder sass h08
---budget``: ~16 per score element x 64 elements; the library exp is about 10 of them), so one
-warpgroup's 4 warps need ~1,000 cycles of the SM's 4 schedulers. h08 runs the two warpgroups'
-2,048 tensor cycles and then their ~2,000 issue cycles in turn: ~4,000 cycles per tile, the
-tensor core busy about half of them. With turns, one warpgroup's softmax (~1,000 cycles) runs
-under the other's GEMMs (1,024), and the period approaches 2,048 if the two interleave
-perfectly. They cannot quite: the two warpgroups' instructions still need ~2,000 scheduler
-cycles per tile, about as many as the tensor core, so any stall of either shows. Expect +15-30%
-over h08 (FA3's paper credits ping-pong with 570 -> 620 TFLOP/s at head dim 128); h10 then cuts
-the instructions.
+FLOP/clk/SM. Each consumer warp's main loop is 977 instructions per tile (``ladder sass h09
+--budget``: 15.27 per score element x 64 elements; the library exp is about 10 of them). A lone
+warp issues about one instruction every 2 cycles (IPC_ONE_WARP in harness/model/bound.py), two
+warps per scheduler about one per cycle. h08 runs both warpgroups' softmaxes at once (~1,950
+cycles) and then their 2,048 tensor cycles: ~4,000 cycles per tile. With turns, a warpgroup's
+softmax runs with one warp per scheduler: ~1,950 cycles, nearly twice the other's 1,024 cycles of
+GEMMs, so it does not fit under them, and a warpgroup's tile is its own chain: its softmax, its
+GEMMs and two hand-offs (~150 cycles each), ~3,280 cycles, at most +22% over h08. If a
+warpgroup's GEMMs keep the 1,570-1,880 cycles they span in h08's timeline, nothing. Expect 0 to
++22% over h08 (FA3's paper credits ping-pong with 570 -> 620 TFLOP/s at head dim 128, with an
+exp2 softmax); h10 then cuts the softmax to fit under the other warpgroup's GEMMs.
 
 Evidence: ``ladder sass h09 --against h08`` (BAR.SYNC and BAR.ARV on the named barriers);
 tests/test_hopper_steps.py (named barriers distinct from the CTA barrier, both directions);

@@ -7,19 +7,19 @@ as FA4 does. It replaces the library ``exp``, which compiles to the full-precisi
 a range reduction in several FFMAs around the same MUFU.EX2. The rescale factor of O and the
 running sum takes the same form.
 
-Why: after h09 the two warpgroups' instructions need about as many scheduler cycles per K/V
-tile (~2,000: ~16 instructions per score element, 64 elements per thread, 8 warps on 4
-schedulers) as the tensor core needs for their GEMMs (2,048), so the softmax cannot hide under
-the GEMMs. The library exp is most of that. ex2.approx is accurate to about 2 ulp of fp32 (the
-PTX ISA), far below the bf16 rounding P then gets.
+Why: after h09 a warpgroup's softmax, 977 instructions per warp and tile at a lone warp's ~1 per
+2 cycles (IPC_ONE_WARP in harness/model/bound.py), ~1,950 cycles, is too long to hide under the
+other's 1,024 cycles of GEMMs; the library exp is most of it. ex2.approx is accurate to about
+2 ulp of fp32 (the PTX ISA), far below the bf16 rounding P then gets.
 
-Expect (arithmetic): the main loop drops from ~16 SASS instructions per score element to ~7.5
+Expect (arithmetic): the main loop drops from 15.27 SASS instructions per score element to ~7
 (``ladder sass h10 --against h09 --budget``: one FFMA, one MUFU.EX2, the sum's FADD, the max's
-FMNMX, the O rescale's FMUL, a half conversion to bf16, and loop overhead): ~1,000 -> ~480
-instructions per thread and tile, the two warpgroups' issue ~2,000 -> ~1,000 scheduler cycles
-per tile against 2,048 tensor-core cycles. The schedulers stop competing with the tensor core;
-what remains is the turns' latency. Expect +5-15% over h09. MUFU: 64 EX2 per thread and tile
-either way (16/clk/SM: 1,024 cycles per tile for both warpgroups, under the GEMMs).
+FMNMX, the O rescale's FMUL, half a conversion to bf16, loop overhead): 977 -> ~450 per warp and
+tile, a softmax of ~900 cycles, under the other's 1,024 cycles of GEMMs. From h09's timeline (a
+tile every 4,116 cycles, softmax bars ~1,700): if only the softmax shrinks, ~3,300 cycles (+25%);
+if the turns then hide the other's GEMMs fully, a warpgroup's chain of 1,024 + 900 + two ~150
+hand-offs ~ 2,220 cycles, just above the tensor core's 2,048 (+85%). Expect +25% to +85% over
+h09. MUFU: 64 EX2 per thread and tile either way (1,024 cycles per tile at 16/clk/SM).
 
 Evidence: ``ladder sass h10 --against h09 --budget``; tests/test_hopper_steps.py (one MUFU.EX2
 per score element and fewer FFMA per element than h09 in the main loop); results/h200.json;

@@ -14,10 +14,10 @@ waits for V_j's bytes too. Split, each tile's slot lives only as long as it is r
 what h12's intra-warpgroup overlap needs: there QK^T_{j+1} is issued before P_j V_j, while V_j is
 still being read.
 
-Expect (arithmetic): on its own, little. With two stages and one CTA per SM, loads are already
-mostly hidden (h08); what is left is how early K_{j+2} can start (one softmax and one P V earlier)
-and QK^T_j no longer waiting for V_j's 32 KB. exp:h08-split-kv is the same change on h08 (its
-block in h08's writeup). Expect 0 to +6% over h10: an enabler.
+Expect (arithmetic): little. The loads are hidden: h10's K/V waits are ~70 of 3,175 cycles per
+tile (its timeline), all the split can shorten (+2%); exp:h08-split-kv, the same change on h08,
+measured -2% (on h07, one buffer each, +30%: there it was the only way to load early). Expect -2%
+to +2% over h10: an enabler.
 
 Evidence: ``ladder sass h11 --against h10``; tests/test_hopper_steps.py (K and V expect-tx counts
 one tile each, four barrier families); tests/test_barrier_protocol.py (both pipelines replayed

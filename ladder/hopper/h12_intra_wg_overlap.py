@@ -22,12 +22,15 @@ and a GEMM about equally long, so a warpgroup spends about a third of each tile 
 own GEMMs. Here its softmax also overlaps its own P V, so per turn the tensor cores have two GEMMs
 (one from each warpgroup's tile) while each softmax runs under one of them.
 
-Expect (arithmetic): per warpgroup and tile, h11 pays GEMM + softmax + GEMM + hand-offs on its
-own path (h11's timeline: three bars of comparable length); with the overlap the path is
-QK^T + max(softmax, P V) + the P conversion, one bar shorter (O's rescale runs under QK^T;
-``exp:h12-rescale-after-wait`` puts it back after the wait, to measure what that is worth). FA3's
-ablation of the same change: 582 -> 661 TFLOP/s (+14%). Expect +8-15% over h11; the bound model moves from ``pingpong`` to
-``overlapped``.
+Expect (arithmetic): per warpgroup and tile, h11 pays GEMM + softmax + GEMM + waits on its own
+path (h11's timeline, warpgroup 1: QK^T 648 + softmax 1,159 + P V 842 + 311 of waits, in a tile of
+3,343 cycles); with the overlap the path is QK^T + max(softmax, P V) + the P conversion, ~2,100
+cycles (O's rescale runs under QK^T; ``exp:h12-rescale-after-wait`` puts it back after the wait,
+to measure what that is worth). The tile is then bound by the tensor cores running both
+warpgroups' four GEMMs: at h11's bar lengths 648 + 842 + 636 + 879 = 3,005 cycles, +11%, give or
+take a few points (the bars include latency and queueing; the probes cost h11's copy 10%). FA3's
+ablation of the same change: 582 -> 661 TFLOP/s (+14%). Expect +8-15% over h11; the bound model
+moves from ``pingpong`` to ``overlapped``.
 
 Evidence: ``ladder sass h12 --against h11``; tests/test_hopper_steps.py (both GEMMs of a turn
 issued before the first WARPGROUP.DEPBAR, then a DEPBAR with 1 group left, then with 0);

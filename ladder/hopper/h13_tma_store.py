@@ -14,9 +14,13 @@ the same 32 KB in two instructions from one warp, in 128-byte rows, while the ot
 already done. Q's buffer is free by then: each consumer warpgroup reads only its own 64 rows of Q,
 its last QK^T has completed before its epilogue, and its O rows land on those same rows.
 
-Expect (arithmetic): the epilogue is once per CTA, against n_blocks tiles of main loop: at 8k, 64
-tiles of ~3,300 cycles against an epilogue of a few thousand cycles, a few percent at most, more
-at 4k than at 16k. Expect +1-3% over h12.
+Expect (arithmetic): the epilogue is once per CTA, against n_blocks tiles of main loop. A K/V tile
+of h12 takes ~2,700 cycles (8.4 MFLOP; 659 TFLOP/s at 8k at 1,680 MHz, 16 CTAs on the busiest
+SMs), so a CTA at 4k walks ~86,000 cycles, twice that at 8k, four times at 16k. h12's epilogue,
+estimated: 256 warp STGs per CTA, each 16 bytes into 8 rows of O, 2,048 line pieces at about one
+a cycle (an assumption), ~2,000 cycles, ~3,000 with the normalization and the stores' trip out.
+The TMA store removes the STG part: ~2.3% at 4k, 1.2% at 8k, 0.6% at 16k. Expect +1-3% over h12,
+most at 4k.
 
 Evidence: ``ladder sass h13 --against h12`` (UTMASTG and STSM in, STG out);
 tests/test_hopper_steps.py (the store's smem layout is Q's; fence, barrier and store in that order;

@@ -19,10 +19,12 @@ through Q's tile (as in h13), the next Q could load only after the store had rea
 tile boundary cost as much as a new CTA (``exp:h14-o-in-q-tile`` measures that version). FA4's
 Hopper kernel is not persistent for this problem; this is the step that goes beyond it.
 
-Expect (arithmetic): at 4k a work tile is 32 K/V tiles of ~3,000 cycles (8.4 MFLOP per K/V tile
-at FA4's ~5 TFLOP/s per SM), ~100,000 cycles; a CTA's start and end (a Q load's latency, the
-epilogue, the store's read) cost a few thousand: a few percent at 4k, half as much at 8k, a
-quarter at 16k. The work does not even out: 2,048 tiles over 132 CTAs is 16 for 68
+Expect (arithmetic): at 4k a work tile is 32 K/V tiles of ~2,700 cycles (8.4 MFLOP per K/V tile;
+h13's 668 TFLOP/s at 8k at 1,680 MHz, 16 tiles on the busiest SMs), ~86,000 cycles. What
+persistence hides per work tile: the start, Q's and K_0's loads (800 cycles of latency + 64 KB at
+186 B/clk = ~1,150) after the launch and setup, and the end, the wait for the store's read and the
+exit: ~2,000 cycles in all, the 1,150 and a guess. That is 2.3% at 4k, 1.2% at 8k, 0.6% at
+16k. The work does not even out: 2,048 tiles over 132 CTAs is 16 for 68
 CTAs and 15 for 64, the same last-wave makespan (16 tiles) as h13's 2,048 CTAs.
 Expect +1-3% over h13, most at 4k, least at 16k.
 
